@@ -1,0 +1,843 @@
+//! Pure token-bucket arithmetic: no Redis types, no clock of its own.
+//!
+//! Every function takes the current time as an argument, so the whole
+//! behaviour is deterministic and unit-tested with an injected clock.
+//!
+//! Representation (chosen for exactness, see README "Exactness"):
+//! - tokens are a signed fixed-point number of nano-tokens (`1e-9` token),
+//!   negative only while reservations hold the bucket in debt;
+//! - time is integer microseconds of the server clock;
+//! - the refill rate is an exact reduced fraction `num / den` tokens per second,
+//!   so `100/m` is exactly 5/3 tokens per second.
+//!
+//! Refill over `e` microseconds adds `floor(e * num * 1000 / den)` nano-tokens.
+//! The only rounding is that floor, which withholds less than one nano-token per
+//! write and never mints: admitted tokens never exceed `capacity + rate * T`.
+
+/// Nano-tokens in one token.
+pub const NANOS: i128 = 1_000_000_000;
+/// Largest capacity and largest `n` accepted: 2^53.
+pub const MAX_AMOUNT: u64 = 1 << 53;
+/// Largest numerator of a reduced rate.
+pub const MAX_RATE_NUM: u64 = 1 << 53;
+/// Latest absolute expiry set on a key, in ms; later means no expiry.
+pub const MAX_EXPIRE_MS: i64 = 1 << 53;
+/// Largest denominator of a reduced rate (finest rate: about 1e-12 token/s).
+pub const MAX_RATE_DEN: u64 = 1 << 40;
+
+/// Refill rate of exactly `num / den` tokens per second, kept reduced so that
+/// equal rates compare equal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Rate {
+    num: u64,
+    den: u64,
+}
+
+fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// `floor(a * b / c)`, saturating at `u128::MAX`. Exact whenever `b * c` fits in
+/// a `u128`, which every caller guarantees through the rate bounds.
+fn mul_div_floor(a: u128, b: u128, c: u128) -> u128 {
+    match a.checked_mul(b) {
+        Some(p) => p / c,
+        None => (a / c).saturating_mul(b).saturating_add((a % c) * b / c),
+    }
+}
+
+/// `ceil(a * b / c)`, saturating; same preconditions as [`mul_div_floor`].
+fn mul_div_ceil(a: u128, b: u128, c: u128) -> u128 {
+    match a.checked_mul(b) {
+        Some(p) => p.div_ceil(c),
+        None => (a / c)
+            .saturating_mul(b)
+            .saturating_add(((a % c) * b).div_ceil(c)),
+    }
+}
+
+/// Microseconds to whole milliseconds, rounded up (never optimistic).
+pub fn ceil_ms(us: u64) -> i64 {
+    us.div_ceil(1000).min(i64::MAX as u64) as i64
+}
+
+impl Rate {
+    /// No refill: a fixed budget.
+    pub const ZERO: Rate = Rate { num: 0, den: 1 };
+
+    /// The rate `num / den` tokens per second, reduced; `None` when `den` is 0
+    /// or the reduced fraction is outside the supported bounds.
+    pub fn new(num: u128, den: u128) -> Option<Rate> {
+        if den == 0 {
+            return None;
+        }
+        if num == 0 {
+            return Some(Rate::ZERO);
+        }
+        let g = gcd(num, den);
+        let (num, den) = (num / g, den / g);
+        if num > MAX_RATE_NUM as u128 || den > MAX_RATE_DEN as u128 {
+            return None;
+        }
+        Some(Rate {
+            num: num as u64,
+            den: den as u64,
+        })
+    }
+
+    /// Numerator of the reduced fraction.
+    pub fn num(self) -> u64 {
+        self.num
+    }
+
+    /// Denominator of the reduced fraction (never 0).
+    pub fn den(self) -> u64 {
+        self.den
+    }
+
+    /// True for a fixed budget that never refills.
+    pub fn is_zero(self) -> bool {
+        self.num == 0
+    }
+
+    /// Nano-tokens refilled over `us` microseconds, rounded down.
+    /// `us < 2^64` and `num * 1000 < 2^63` so the product cannot overflow.
+    pub fn refill_nanos(self, us: u64) -> u128 {
+        mul_div_floor(us as u128, self.num as u128 * 1000, self.den as u128)
+    }
+
+    /// Microseconds until `nanos` nano-tokens have refilled, rounded up;
+    /// `None` when the rate is zero.
+    pub fn micros_for(self, nanos: u128) -> Option<u128> {
+        if self.is_zero() {
+            return None;
+        }
+        Some(mul_div_ceil(
+            nanos,
+            self.den as u128,
+            self.num as u128 * 1000,
+        ))
+    }
+
+    /// The rate as a decimal string: exact when the fraction terminates within
+    /// 12 decimal places, otherwise rounded to 12 places.
+    pub fn to_decimal(self) -> String {
+        let whole = self.num / self.den;
+        let mut rem = (self.num % self.den) as u128;
+        if rem == 0 {
+            return whole.to_string();
+        }
+        let mut s = format!("{whole}.");
+        let den = self.den as u128;
+        let mut digits = Vec::with_capacity(12);
+        for _ in 0..12 {
+            rem *= 10;
+            digits.push((rem / den) as u8);
+            rem %= den;
+            if rem == 0 {
+                break;
+            }
+        }
+        if rem * 2 >= den {
+            // Round half up, carrying through the digits.
+            let mut i = digits.len();
+            loop {
+                if i == 0 {
+                    return format!("{}", whole + 1);
+                }
+                i -= 1;
+                if digits[i] == 9 {
+                    digits[i] = 0;
+                } else {
+                    digits[i] += 1;
+                    break;
+                }
+            }
+        }
+        while digits.last() == Some(&0) {
+            digits.pop();
+        }
+        if digits.is_empty() {
+            return whole.to_string();
+        }
+        s.extend(digits.iter().map(|d| char::from(b'0' + d)));
+        s
+    }
+}
+
+/// The limits a caller passes with every request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Refill rate.
+    pub rate: Rate,
+    /// Burst size, and the level a new bucket starts at (at most [`MAX_AMOUNT`]).
+    pub capacity: u64,
+}
+
+/// One bucket's whole state: what is stored under a key and replicated.
+///
+/// Invariants: `tokens <= capacity * NANOS`; `tokens < 0` only as reservation
+/// debt; `updated_us` never decreases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bucket {
+    /// Tokens at `updated_us`, in nano-tokens.
+    pub tokens: i128,
+    /// Server time, in microseconds, at which `tokens` was exact.
+    pub updated_us: i64,
+    /// Refill rate.
+    pub rate: Rate,
+    /// Burst size.
+    pub capacity: u64,
+}
+
+/// Expiry of a bucket's key: it may expire once the bucket is full again,
+/// because a missing key reads as a full bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expiry {
+    /// The bucket is full now: the key can be deleted.
+    Now,
+    /// Full at this absolute server time in milliseconds (rounded up).
+    AtMs(i64),
+    /// Never full again by itself (rate 0 and not full).
+    Never,
+}
+
+impl Bucket {
+    /// A full bucket created at `now_us`: what a missing key means.
+    pub fn full(limits: Limits, now_us: i64) -> Bucket {
+        Bucket {
+            tokens: limits.capacity as i128 * NANOS,
+            updated_us: now_us,
+            rate: limits.rate,
+            capacity: limits.capacity,
+        }
+    }
+
+    /// The limits this bucket holds.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            rate: self.rate,
+            capacity: self.capacity,
+        }
+    }
+
+    /// Capacity in nano-tokens.
+    pub fn cap_nanos(&self) -> i128 {
+        self.capacity as i128 * NANOS
+    }
+
+    /// True when the stored fields satisfy the invariants (used to reject
+    /// corrupt persisted or replicated state).
+    pub fn is_valid(&self) -> bool {
+        self.capacity <= MAX_AMOUNT
+            && self.tokens <= self.cap_nanos()
+            && self.tokens > -(1i128 << 100)
+            && self.rate.den != 0
+            && self.rate.num <= MAX_RATE_NUM
+            && self.rate.den <= MAX_RATE_DEN
+            && Rate::new(self.rate.num as u128, self.rate.den as u128) == Some(self.rate)
+    }
+
+    /// Refills up to `now_us` at the stored rate. Elapsed time below zero
+    /// counts as zero and `updated_us` never moves backwards.
+    pub fn settle(&mut self, now_us: i64) {
+        if now_us <= self.updated_us {
+            return;
+        }
+        let elapsed = now_us.abs_diff(self.updated_us);
+        let cap = self.cap_nanos();
+        if self.tokens < cap {
+            let deficit = (cap - self.tokens) as u128;
+            let add = self.rate.refill_nanos(elapsed);
+            self.tokens = if add >= deficit {
+                cap
+            } else {
+                self.tokens + add as i128
+            };
+        }
+        self.updated_us = now_us;
+    }
+
+    /// Switches to `limits` (call [`Bucket::settle`] first, so that time
+    /// already elapsed is paid at the old rate). Tokens are clamped to the new
+    /// capacity: changing a limit never mints tokens. Returns whether anything
+    /// changed.
+    pub fn reconfigure(&mut self, limits: Limits) -> bool {
+        if self.limits() == limits {
+            return false;
+        }
+        self.rate = limits.rate;
+        self.capacity = limits.capacity;
+        self.tokens = self.tokens.min(self.cap_nanos());
+        true
+    }
+
+    /// Microseconds from `updated_us` until the bucket holds `level`
+    /// nano-tokens: 0 if it already does, `None` if it never will (rate 0, or
+    /// `level` above capacity).
+    pub fn micros_until(&self, level: i128) -> Option<u64> {
+        if self.tokens >= level {
+            return Some(0);
+        }
+        if level > self.cap_nanos() {
+            return None;
+        }
+        let need = (level - self.tokens) as u128;
+        self.rate
+            .micros_for(need)
+            .map(|us| us.min(u64::MAX as u128) as u64)
+    }
+
+    /// Whole tokens available (0 while in debt).
+    pub fn whole_tokens(&self) -> u64 {
+        if self.tokens <= 0 {
+            0
+        } else {
+            (self.tokens / NANOS) as u64
+        }
+    }
+
+    /// Milliseconds from `updated_us` until full, rounded up; -1 for never.
+    pub fn reset_after_ms(&self) -> i64 {
+        self.micros_until(self.cap_nanos()).map_or(-1, ceil_ms)
+    }
+
+    /// When the key holding this bucket may expire.
+    pub fn expiry(&self) -> Expiry {
+        let cap = self.cap_nanos();
+        if self.tokens >= cap {
+            return Expiry::Now;
+        }
+        let Some(us) = self.rate.micros_for((cap - self.tokens) as u128) else {
+            return Expiry::Never;
+        };
+        let at_ms = (self.updated_us as i128 + us.min(i128::MAX as u128 / 2) as i128 + 999)
+            .div_euclid(1000);
+        // Beyond any date worth setting (about 285,000 years): never expires.
+        if at_ms > MAX_EXPIRE_MS as i128 {
+            Expiry::Never
+        } else {
+            Expiry::AtMs(at_ms as i64)
+        }
+    }
+
+    /// Tokens as an exact decimal string ("2.5", "-0.000000001", "7").
+    pub fn tokens_decimal(&self) -> String {
+        let sign = if self.tokens < 0 { "-" } else { "" };
+        let abs = self.tokens.unsigned_abs();
+        let (whole, frac) = (abs / NANOS as u128, abs % NANOS as u128);
+        if frac == 0 {
+            return format!("{sign}{whole}");
+        }
+        let frac = format!("{frac:09}");
+        format!("{sign}{whole}.{}", frac.trim_end_matches('0'))
+    }
+}
+
+/// How a consume request treats a shortfall.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// All `n` tokens or nothing.
+    All,
+    /// Grant `min(n, whole tokens available)` when at least one is there.
+    AtMost,
+    /// Take all `n` now, into debt, if they will have refilled within
+    /// `max_wait_us`; the caller waits `retry_after_ms` before proceeding.
+    Reserve {
+        /// Longest wait the caller accepts, in microseconds.
+        max_wait_us: u64,
+    },
+}
+
+/// What kind of answer a consume gave (for statistics).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Tokens were granted with no wait.
+    Allowed,
+    /// Tokens were granted into debt: the caller must wait.
+    Reserved,
+    /// Denied: would succeed later.
+    Denied,
+    /// Denied: can never succeed (n > capacity, or rate 0 and too few tokens).
+    Never,
+    /// `n = 0`: a look that changes nothing.
+    Peek,
+}
+
+/// The result of [`consume`]: the reply fields and the state to store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// What happened.
+    pub kind: Kind,
+    /// Tokens taken: `n` when allowed (or fewer with [`Mode::AtMost`]), else 0.
+    pub granted: u64,
+    /// Whole tokens left after the call, never negative.
+    pub remaining: u64,
+    /// 0 when allowed now; the wait in ms (rounded up) when denied or
+    /// reserved; -1 when the request can never succeed.
+    pub retry_after_ms: i64,
+    /// Milliseconds until the bucket is full again, rounded up; -1 for never.
+    pub reset_after_ms: i64,
+    /// The bucket after the call, settled to `now`.
+    pub bucket: Bucket,
+    /// True when `bucket` must be written: tokens were taken or the limits
+    /// changed. Denials with unchanged limits and peeks write nothing.
+    pub dirty: bool,
+}
+
+impl Outcome {
+    /// True when tokens were granted (possibly with a wait).
+    pub fn allowed(&self) -> bool {
+        matches!(self.kind, Kind::Allowed | Kind::Reserved)
+    }
+}
+
+/// Applies one request for `n` tokens at time `now_us` to the bucket stored
+/// under a key (`None` for a missing key, which is a full bucket).
+///
+/// If the stored limits differ from `limits`, refill is first settled up to
+/// now at the stored rate, then the limits switch; that change is written even
+/// when the request is denied, so that the old rate never applies to time after
+/// the change.
+pub fn consume(stored: Option<&Bucket>, limits: Limits, n: u64, mode: Mode, now_us: i64) -> Outcome {
+    let (mut b, mut dirty) = match stored {
+        Some(s) => {
+            let mut b = *s;
+            b.settle(now_us);
+            let changed = b.reconfigure(limits);
+            (b, changed)
+        }
+        None => (Bucket::full(limits, now_us), false),
+    };
+    let want = n as i128 * NANOS;
+    let (kind, granted, retry_after_ms) = if n == 0 {
+        // A peek answers whether a request would be served now and never writes.
+        dirty = false;
+        match b.micros_until(0) {
+            Some(0) => (Kind::Peek, 0, 0),
+            Some(us) => (Kind::Peek, 0, ceil_ms(us)),
+            None => (Kind::Peek, 0, -1),
+        }
+    } else if n > b.capacity {
+        (Kind::Never, 0, -1)
+    } else if b.tokens >= want {
+        b.tokens -= want;
+        dirty = true;
+        (Kind::Allowed, n, 0)
+    } else {
+        match (mode, b.micros_until(want)) {
+            (_, None) => (Kind::Never, 0, -1),
+            (Mode::AtMost, Some(us)) => {
+                let avail = b.whole_tokens();
+                if avail >= 1 {
+                    b.tokens -= avail as i128 * NANOS;
+                    dirty = true;
+                    (Kind::Allowed, avail, 0)
+                } else {
+                    // Denied: report when one token will be there.
+                    let one = b.micros_until(NANOS).unwrap_or(us);
+                    (Kind::Denied, 0, ceil_ms(one))
+                }
+            }
+            (Mode::Reserve { max_wait_us }, Some(us)) if us <= max_wait_us => {
+                b.tokens -= want;
+                dirty = true;
+                (Kind::Reserved, n, ceil_ms(us))
+            }
+            (_, Some(us)) => (Kind::Denied, 0, ceil_ms(us)),
+        }
+    };
+    Outcome {
+        kind,
+        granted,
+        remaining: b.whole_tokens(),
+        retry_after_ms,
+        reset_after_ms: b.reset_after_ms(),
+        bucket: b,
+        dirty,
+    }
+}
+
+/// Gives back `n` tokens, never above capacity. A missing key is a full bucket
+/// already, so it stays missing (`None`).
+pub fn refund(stored: Option<&Bucket>, n: u64, now_us: i64) -> Option<Bucket> {
+    let mut b = *stored?;
+    b.settle(now_us);
+    b.tokens = (b.tokens + n as i128 * NANOS).min(b.cap_nanos());
+    Some(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const SEC: i64 = 1_000_000;
+    const T0: i64 = 1_700_000_000 * SEC;
+
+    fn lim(num: u128, den: u128, cap: u64) -> Limits {
+        Limits {
+            rate: Rate::new(num, den).unwrap(),
+            capacity: cap,
+        }
+    }
+
+    fn empty(l: Limits, now: i64) -> Bucket {
+        Bucket {
+            tokens: 0,
+            ..Bucket::full(l, now)
+        }
+    }
+
+    #[test]
+    fn rate_reduces_and_bounds() {
+        assert_eq!(Rate::new(100, 60), Rate::new(5, 3));
+        assert_eq!(Rate::new(0, 7), Some(Rate::ZERO));
+        assert_eq!(Rate::new(1, 0), None);
+        assert!(Rate::new(MAX_RATE_NUM as u128 + 1, 1).is_none());
+        assert!(Rate::new(1, MAX_RATE_DEN as u128 + 1).is_none());
+        assert!(Rate::new(2, 2 * MAX_RATE_DEN as u128).is_some());
+    }
+
+    #[test]
+    fn rate_decimal_rendering() {
+        assert_eq!(Rate::new(10, 1).unwrap().to_decimal(), "10");
+        assert_eq!(Rate::new(1, 2).unwrap().to_decimal(), "0.5");
+        assert_eq!(Rate::new(1, 1000).unwrap().to_decimal(), "0.001");
+        assert_eq!(Rate::new(5, 3).unwrap().to_decimal(), "1.666666666667");
+        assert_eq!(Rate::new(1, 3).unwrap().to_decimal(), "0.333333333333");
+        assert_eq!(Rate::ZERO.to_decimal(), "0");
+        assert_eq!(Rate::new(2, 3).unwrap().to_decimal(), "0.666666666667");
+    }
+
+    #[test]
+    fn tokens_decimal_is_exact() {
+        let mut b = Bucket::full(lim(1, 1, 10), T0);
+        assert_eq!(b.tokens_decimal(), "10");
+        b.tokens = 2_500_000_000;
+        assert_eq!(b.tokens_decimal(), "2.5");
+        b.tokens = -1;
+        assert_eq!(b.tokens_decimal(), "-0.000000001");
+        b.tokens = 0;
+        assert_eq!(b.tokens_decimal(), "0");
+    }
+
+    /// An empty bucket at rate r has n tokens after exactly n/r seconds, across
+    /// the whole supported range of rates.
+    #[test]
+    fn refill_is_exact_across_rates() {
+        // (num, den, n): n/r is a whole number of microseconds in each case.
+        let cases: &[(u128, u128, u64)] = &[
+            (1, 1000, 1),                   // 0.001/s: 1000 s
+            (1, 1000, 7),                   // 7000 s
+            (5, 3, 100),                    // 100/m: 60 s
+            (1, 86_400, 30),                // 1/d: 30 days
+            (10, 1, 1),                     // 100 ms
+            (1_000_000_000_000, 1, 9_000_000_000_000_000), // 1e12/s of bytes: 9000 s
+            (25, 10_000_000_000, 5),         // 2.5e-9/s: 2e9 s (63 years)
+        ];
+        for &(num, den, n) in cases {
+            let l = lim(num, den, n);
+            let us = (n as u128 * den * 1_000_000) / num;
+            assert_eq!((n as u128 * den * 1_000_000) % num, 0, "case is exact");
+            let mut b = empty(l, T0);
+            b.settle(T0 + us as i64 - 1);
+            assert!(b.tokens < n as i128 * NANOS, "not before n/r: {num}/{den}");
+            let mut b = empty(l, T0);
+            b.settle(T0 + us as i64);
+            assert_eq!(b.tokens, n as i128 * NANOS, "exactly at n/r: {num}/{den}");
+        }
+    }
+
+    #[test]
+    fn missing_key_is_full_and_consume_counts_down() {
+        let l = lim(10, 1, 5);
+        let o = consume(None, l, 1, Mode::All, T0);
+        assert_eq!(o.kind, Kind::Allowed);
+        assert_eq!((o.granted, o.remaining, o.retry_after_ms), (1, 4, 0));
+        assert_eq!(o.reset_after_ms, 100);
+        assert!(o.dirty);
+        let o = consume(Some(&o.bucket), l, 4, Mode::All, T0);
+        assert_eq!((o.granted, o.remaining), (4, 0));
+        let o = consume(Some(&o.bucket), l, 1, Mode::All, T0);
+        assert_eq!(o.kind, Kind::Denied);
+        assert_eq!((o.granted, o.remaining, o.retry_after_ms), (0, 0, 100));
+        assert!(!o.dirty, "a denial writes nothing");
+    }
+
+    #[test]
+    fn retry_after_is_never_optimistic_and_sufficient() {
+        // 3 tokens/s: one token takes 333333.33 us, so 334 ms is the honest answer.
+        let l = lim(3, 1, 3);
+        let b = empty(l, T0);
+        let o = consume(Some(&b), l, 1, Mode::All, T0);
+        assert_eq!(o.retry_after_ms, 334);
+        let early = consume(Some(&b), l, 1, Mode::All, T0 + 333_333);
+        assert_eq!(early.kind, Kind::Denied);
+        let on_time = consume(Some(&b), l, 1, Mode::All, T0 + 334_000);
+        assert_eq!(on_time.kind, Kind::Allowed);
+    }
+
+    #[test]
+    fn never_cases() {
+        let l = lim(1, 1, 5);
+        let o = consume(None, l, 6, Mode::All, T0);
+        assert_eq!((o.kind, o.retry_after_ms, o.granted), (Kind::Never, -1, 0));
+        let fixed = lim(0, 1, 2);
+        let o = consume(None, fixed, 2, Mode::All, T0);
+        assert_eq!(o.kind, Kind::Allowed);
+        assert_eq!(o.reset_after_ms, -1, "rate 0 never refills");
+        assert_eq!(o.bucket.expiry(), Expiry::Never);
+        let o = consume(Some(&o.bucket), fixed, 1, Mode::All, T0 + 1000 * SEC);
+        assert_eq!((o.kind, o.retry_after_ms), (Kind::Never, -1));
+        let zero_cap = lim(1, 1, 0);
+        let o = consume(None, zero_cap, 1, Mode::All, T0);
+        assert_eq!((o.kind, o.remaining, o.reset_after_ms), (Kind::Never, 0, 0));
+        let o = consume(None, zero_cap, 0, Mode::All, T0);
+        assert_eq!((o.kind, o.retry_after_ms), (Kind::Peek, 0));
+    }
+
+    #[test]
+    fn peek_never_writes() {
+        let l = lim(1, 1, 5);
+        let b = empty(l, T0);
+        let o = consume(Some(&b), lim(2, 1, 9), 0, Mode::All, T0 + SEC);
+        assert_eq!(o.kind, Kind::Peek);
+        assert!(!o.dirty);
+        assert_eq!(o.remaining, 1, "settled at the old rate");
+    }
+
+    #[test]
+    fn limit_change_settles_first_and_never_mints() {
+        let old = lim(10, 1, 100);
+        let b = empty(old, T0);
+        // One second at the old rate (10 tokens), then switch to 1/s, cap 5.
+        let o = consume(Some(&b), lim(1, 1, 5), 1, Mode::All, T0 + SEC);
+        assert_eq!(o.bucket.tokens, 4 * NANOS, "10 refilled, clamped to 5, 1 taken");
+        // A denied request with changed limits records the change.
+        let b = empty(old, T0);
+        let o = consume(Some(&b), lim(1, 1000, 50), 20, Mode::All, T0 + SEC);
+        assert_eq!(o.kind, Kind::Denied);
+        assert!(o.dirty, "the switch is written so the old rate stops applying");
+        assert_eq!(o.bucket.tokens, 10 * NANOS);
+        assert_eq!(o.bucket.updated_us, T0 + SEC);
+    }
+
+    #[test]
+    fn clock_going_backwards_counts_as_zero() {
+        let l = lim(1, 1, 10);
+        let mut b = empty(l, T0);
+        b.settle(T0 - 5 * SEC);
+        assert_eq!((b.tokens, b.updated_us), (0, T0));
+        let o = consume(Some(&b), l, 1, Mode::All, T0 - SEC);
+        assert_eq!(o.kind, Kind::Denied);
+        assert_eq!(o.retry_after_ms, 1000, "measured from the stored time");
+    }
+
+    #[test]
+    fn idle_for_years_is_bounded() {
+        let l = lim(1_000_000_000_000, 1, MAX_AMOUNT);
+        let mut b = empty(l, T0);
+        b.settle(T0 + 50 * 365 * 86_400 * SEC);
+        assert_eq!(b.tokens, b.cap_nanos());
+        let slow = lim(1, 1000, MAX_AMOUNT);
+        let mut b = empty(slow, i64::MIN / 2);
+        b.settle(i64::MAX / 2);
+        // 0.001 token/s is one nano-token per microsecond.
+        assert_eq!(b.tokens, (i64::MAX / 2) as i128 - (i64::MIN / 2) as i128);
+        assert_eq!(b.expiry(), Expiry::Never, "9e18 s to full: beyond any date");
+        let mut b = empty(lim(1, MAX_RATE_DEN as u128, MAX_AMOUNT), T0);
+        assert_eq!(b.expiry(), Expiry::Never, "2^53 tokens at 2^-40/s: beyond any date");
+        b.settle(T0 + 100 * 365 * 86_400 * SEC);
+        assert!(b.tokens > 0);
+    }
+
+    #[test]
+    fn expiry_is_when_full() {
+        let l = lim(10, 1, 5);
+        let o = consume(None, l, 1, Mode::All, T0 + 1);
+        // 1 token at 10/s = 100 ms; T0+1us+100ms rounds up to the next ms.
+        assert_eq!(o.bucket.expiry(), Expiry::AtMs(T0 / 1000 + 101));
+        assert_eq!(Bucket::full(l, T0).expiry(), Expiry::Now);
+    }
+
+    #[test]
+    fn atmost_grants_what_is_there() {
+        let l = lim(1, 1, 10);
+        let b = Bucket {
+            tokens: 3 * NANOS + 500_000_000,
+            ..empty(l, T0)
+        };
+        let o = consume(Some(&b), l, 8, Mode::AtMost, T0);
+        assert_eq!((o.kind, o.granted, o.remaining), (Kind::Allowed, 3, 0));
+        assert_eq!(o.bucket.tokens, 500_000_000);
+        let o = consume(Some(&o.bucket), l, 8, Mode::AtMost, T0);
+        assert_eq!((o.kind, o.granted, o.retry_after_ms), (Kind::Denied, 0, 500));
+        let o = consume(Some(&b), l, 2, Mode::AtMost, T0);
+        assert_eq!((o.kind, o.granted), (Kind::Allowed, 2));
+        let o = consume(Some(&b), l, 11, Mode::AtMost, T0);
+        assert_eq!(o.kind, Kind::Never, "n above capacity can never be satisfied");
+    }
+
+    #[test]
+    fn reservations_queue_first_come_first_served() {
+        let l = lim(10, 1, 1);
+        let mode = Mode::Reserve {
+            max_wait_us: SEC as u64,
+        };
+        let o1 = consume(None, l, 1, mode, T0);
+        assert_eq!((o1.kind, o1.retry_after_ms), (Kind::Allowed, 0));
+        let o2 = consume(Some(&o1.bucket), l, 1, mode, T0);
+        assert_eq!((o2.kind, o2.retry_after_ms, o2.granted), (Kind::Reserved, 100, 1));
+        let o3 = consume(Some(&o2.bucket), l, 1, mode, T0);
+        assert_eq!((o3.kind, o3.retry_after_ms), (Kind::Reserved, 200));
+        assert_eq!(o3.remaining, 0, "debt shows as zero remaining");
+        let late = consume(
+            Some(&o3.bucket),
+            l,
+            1,
+            Mode::Reserve {
+                max_wait_us: 250_000,
+            },
+            T0,
+        );
+        assert_eq!((late.kind, late.retry_after_ms), (Kind::Denied, 300));
+        assert!(!late.dirty);
+        let peek = consume(Some(&o3.bucket), l, 0, Mode::All, T0);
+        assert_eq!(peek.retry_after_ms, 200, "a peek waits for the debt too");
+    }
+
+    #[test]
+    fn refund_clamps_and_ignores_missing() {
+        let l = lim(1, 1, 5);
+        assert_eq!(refund(None, 3, T0), None);
+        let b = empty(l, T0);
+        assert_eq!(refund(Some(&b), 3, T0).unwrap().tokens, 3 * NANOS);
+        assert_eq!(refund(Some(&b), 30, T0).unwrap().tokens, 5 * NANOS);
+    }
+
+    #[test]
+    fn validity_check_rejects_corruption() {
+        let l = lim(1, 1, 5);
+        assert!(Bucket::full(l, T0).is_valid());
+        let mut b = Bucket::full(l, T0);
+        b.tokens += 1;
+        assert!(!b.is_valid());
+        let b = Bucket {
+            rate: Rate { num: 2, den: 4 },
+            ..Bucket::full(l, T0)
+        };
+        assert!(!b.is_valid(), "unreduced rate");
+    }
+
+    fn arb_limits() -> impl Strategy<Value = Limits> {
+        (
+            prop_oneof![Just(0u128), 1u128..1_000_000_000_000, 1u128..100],
+            prop_oneof![Just(1u128), 1u128..100_000, Just(86_400u128)],
+            prop_oneof![0u64..20, 1u64..1_000_000, Just(MAX_AMOUNT)],
+        )
+            .prop_map(|(num, den, capacity)| Limits {
+                rate: Rate::new(num, den).unwrap(),
+                capacity,
+            })
+    }
+
+    fn arb_mode() -> impl Strategy<Value = Mode> {
+        prop_oneof![
+            Just(Mode::All),
+            Just(Mode::AtMost),
+            (0u64..5_000_000).prop_map(|w| Mode::Reserve { max_wait_us: w }),
+        ]
+    }
+
+    proptest! {
+        /// Over any window T, the tokens granted without waiting never exceed
+        /// capacity + rate * T, and reserved tokens never exceed what refills
+        /// by the time the caller was told to proceed.
+        #[test]
+        fn admitted_never_exceeds_capacity_plus_rate_times_t(
+            l in arb_limits(),
+            steps in proptest::collection::vec((0i64..3_000_000, 0u64..40, arb_mode()), 1..60),
+        ) {
+            let mut stored: Option<Bucket> = None;
+            let mut now = T0;
+            let mut admitted: u128 = 0;
+            let mut latest_proceed = T0;
+            for (dt, n, mode) in steps {
+                now += dt;
+                let o = consume(stored.as_ref(), l, n, mode, now);
+                prop_assert!(o.bucket.tokens <= o.bucket.cap_nanos());
+                prop_assert!(o.bucket.updated_us == now);
+                if o.allowed() {
+                    admitted += o.granted as u128;
+                    latest_proceed = latest_proceed.max(now + o.retry_after_ms * 1000);
+                } else {
+                    prop_assert_eq!(o.granted, 0);
+                    prop_assert!(o.retry_after_ms != 0 || o.kind == Kind::Peek);
+                }
+                if o.dirty { stored = Some(o.bucket); }
+                let window_us = (latest_proceed.max(now) - T0) as u128;
+                let bound_nanos = l.capacity as u128 * NANOS as u128
+                    + l.rate.refill_nanos(window_us as u64);
+                prop_assert!(admitted * NANOS as u128 <= bound_nanos,
+                    "admitted {} over {} us", admitted, window_us);
+            }
+        }
+
+        /// A retry made exactly retry_after_ms later succeeds when nobody else
+        /// consumed in between.
+        #[test]
+        fn retry_after_is_exact_enough(
+            l in arb_limits(),
+            start in 0i128..(1i128 << 60),
+            n in 1u64..1000,
+            offset in 0i64..1_000_000,
+        ) {
+            let mut b = Bucket::full(l, T0);
+            b.tokens = start.min(b.cap_nanos());
+            let now = T0 + offset;
+            let o = consume(Some(&b), l, n, Mode::All, now);
+            if o.kind == Kind::Denied {
+                let retry = consume(Some(&b), l, n, Mode::All, now + o.retry_after_ms * 1000);
+                prop_assert_eq!(retry.kind, Kind::Allowed);
+                if o.retry_after_ms > 1 {
+                    let early = consume(Some(&b), l, n, Mode::All, now + (o.retry_after_ms - 1) * 1000 - 1);
+                    prop_assert_eq!(early.kind, Kind::Denied);
+                }
+            }
+        }
+
+        /// Settling in many small steps never yields more than one big step.
+        #[test]
+        fn piecewise_refill_never_beats_one_step(
+            l in arb_limits(),
+            steps in proptest::collection::vec(0i64..10_000_000, 1..50),
+        ) {
+            let mut piecewise = Bucket { tokens: 0, ..Bucket::full(l, T0) };
+            let mut total = 0;
+            for dt in steps { total += dt; piecewise.settle(T0 + total); }
+            let mut once = Bucket { tokens: 0, ..Bucket::full(l, T0) };
+            once.settle(T0 + total);
+            prop_assert!(piecewise.tokens <= once.tokens);
+            // and loses less than one nano-token per step
+            prop_assert!(once.tokens - piecewise.tokens <= 50);
+        }
+
+        /// The key's expiry is the first millisecond at which the bucket is full.
+        #[test]
+        fn expiry_matches_refill(l in arb_limits(), tokens in 0i128..(1i128 << 70), now in 0i64..(1i64 << 52)) {
+            let mut b = Bucket::full(l, now);
+            b.tokens = tokens.min(b.cap_nanos());
+            if let Expiry::AtMs(ms) = b.expiry() {
+                prop_assume!(ms < i64::MAX / 1000);
+                let mut at = b; at.settle(ms * 1000);
+                prop_assert_eq!(at.tokens, at.cap_nanos());
+                let mut before = b; before.settle(ms * 1000 - 1000);
+                prop_assert!(before.tokens < before.cap_nanos() || ms * 1000 - 1000 < now);
+            }
+        }
+    }
+}
