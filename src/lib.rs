@@ -9,3 +9,10 @@
 
 pub mod bucket;
 pub mod parse;
+
+#[cfg(all(feature = "module", not(test)))]
+mod commands;
+#[cfg(all(feature = "module", not(test)))]
+mod glue;
+#[cfg(all(feature = "module", not(test)))]
+mod module;

@@ -1,0 +1,10 @@
+//! Everything that touches the Redis module API. Commands call into these
+//! helpers; nothing here decides a bucket's arithmetic.
+
+pub mod clock;
+pub mod config;
+pub mod datatype;
+pub mod entry;
+pub mod reply;
+pub mod stats;
+pub mod store;

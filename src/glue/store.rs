@@ -1,0 +1,176 @@
+//! Key access and the write path: store a bucket, set its expiry, replicate
+//! the resulting state.
+
+use std::os::raw::c_longlong;
+
+use redis_module::raw;
+
+use super::config;
+use super::datatype::tb_type;
+use super::entry::CmdError;
+use crate::bucket::{Bucket, Expiry};
+
+/// Name of the internal command that sets a bucket's absolute state; it is
+/// what replicas and the AOF receive instead of the client's command.
+pub const SETSTATE: &std::ffi::CStr = c"TB.SETSTATE";
+
+/// An open key, closed on drop. One lookup serves the whole command.
+pub struct BucketKey {
+    key: *mut raw::RedisModuleKey,
+    name: *mut raw::RedisModuleString,
+}
+
+impl BucketKey {
+    /// Opens `name` for reading, or for reading and writing.
+    pub fn open(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, write: bool) -> Self {
+        let mode = if write {
+            raw::KeyMode::READ | raw::KeyMode::WRITE
+        } else {
+            raw::KeyMode::READ
+        };
+        // SAFETY: ctx and name are live for this command; the key is closed in Drop.
+        let key = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx, name, mode.bits()) }.cast();
+        BucketKey { key, name }
+    }
+
+    /// The key's name.
+    pub fn name(&self) -> *mut raw::RedisModuleString {
+        self.name
+    }
+
+    /// The bucket stored under this key: `None` for a missing key, WRONGTYPE
+    /// for a key of another type.
+    pub fn get(&self) -> Result<Option<Bucket>, CmdError> {
+        // SAFETY: a non-null value pointer of our type points to a live Bucket.
+        Ok(self.value_ptr()?.map(|p| unsafe { *p }))
+    }
+
+    fn value_ptr(&self) -> Result<Option<*mut Bucket>, CmdError> {
+        // SAFETY: self.key is an open key (NULL for a missing key opened
+        // read-only, which KeyType reports as empty).
+        unsafe {
+            let kind = raw::RedisModule_KeyType.unwrap()(self.key);
+            if kind == raw::REDISMODULE_KEYTYPE_EMPTY as i32 {
+                return Ok(None);
+            }
+            if kind != raw::REDISMODULE_KEYTYPE_MODULE as i32
+                || raw::RedisModule_ModuleTypeGetType.unwrap()(self.key) != tb_type()
+            {
+                return Err(CmdError::WrongType);
+            }
+            let value = raw::RedisModule_ModuleTypeGetValue.unwrap()(self.key).cast::<Bucket>();
+            Ok((!value.is_null()).then_some(value))
+        }
+    }
+
+    /// Stores `b`, in place when the key already holds a bucket. The caller
+    /// has checked the key's type with [`BucketKey::get`].
+    pub fn put(&self, b: &Bucket) {
+        if let Ok(Some(existing)) = self.value_ptr() {
+            // SAFETY: the pointer is our live value, and no reference to it is held.
+            unsafe { *existing = *b };
+            return;
+        }
+        let value = Box::into_raw(Box::new(*b));
+        // SAFETY: the key is open for writing and empty; Redis owns `value`
+        // from here on and frees it through the type's free callback.
+        let status = unsafe {
+            raw::RedisModule_ModuleTypeSetValue.unwrap()(self.key, tb_type(), value.cast())
+        };
+        if status != raw::Status::Ok as i32 {
+            // SAFETY: Redis did not take ownership, so the box is still ours.
+            drop(unsafe { Box::from_raw(value) });
+        }
+    }
+
+    /// Milliseconds until the key expires, or -1 without expiry.
+    pub fn ttl_ms(&self) -> i64 {
+        // SAFETY: self.key is an open key.
+        let ttl = unsafe { raw::RedisModule_GetExpire.unwrap()(self.key) };
+        if ttl == raw::REDISMODULE_NO_EXPIRE as c_longlong {
+            -1
+        } else {
+            ttl
+        }
+    }
+
+    /// Sets the absolute expiry in ms, or removes it for 0.
+    pub fn set_expire_at(&self, at_ms: i64) {
+        // SAFETY: self.key is open for writing and holds a value.
+        unsafe {
+            if at_ms > 0 {
+                raw::RedisModule_SetAbsExpire.unwrap()(self.key, at_ms);
+            } else {
+                raw::RedisModule_SetExpire.unwrap()(self.key, raw::REDISMODULE_NO_EXPIRE as c_longlong);
+            }
+        }
+    }
+
+    /// Deletes the key.
+    fn delete(&self) {
+        // SAFETY: self.key is open for writing.
+        unsafe { raw::RedisModule_DeleteKey.unwrap()(self.key) };
+    }
+}
+
+impl Drop for BucketKey {
+    fn drop(&mut self) {
+        // SAFETY: the key was opened in `open` and is closed exactly once.
+        unsafe { raw::RedisModule_CloseKey.unwrap()(self.key) };
+    }
+}
+
+/// The absolute expiry to store with `b` in ms (0: none), or `None` when the
+/// bucket is full and its key can simply be deleted.
+pub fn expire_at_ms(b: &Bucket) -> Option<i64> {
+    if !config::expire_idle() {
+        return Some(0);
+    }
+    match b.expiry() {
+        Expiry::Now => None,
+        Expiry::AtMs(ms) => Some(ms),
+        Expiry::Never => Some(0),
+    }
+}
+
+/// Writes `b` under `key` and replicates the resulting absolute state, so
+/// replicas and the AOF never re-run a clock-dependent command.
+pub fn commit(ctx: *mut raw::RedisModuleCtx, key: &BucketKey, b: &Bucket) {
+    match expire_at_ms(b) {
+        None => {
+            key.delete();
+            // SAFETY: ctx and the key name are live; format "s" = one RedisModuleString.
+            unsafe { raw::RedisModule_Replicate.unwrap()(ctx, c"DEL".as_ptr(), c"s".as_ptr(), key.name()) };
+        }
+        Some(at_ms) => {
+            key.put(b);
+            key.set_expire_at(at_ms);
+            replicate_state(ctx, key.name(), b, at_ms);
+        }
+    }
+    // SAFETY: ctx and the key name are live for this command.
+    unsafe { raw::RedisModule_SignalModifiedKey.unwrap()(ctx, key.name()) };
+}
+
+/// Replicates `TB.SETSTATE key tokens updated_us rate_num rate_den capacity expire_at_ms`.
+fn replicate_state(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, b: &Bucket, at_ms: i64) {
+    let mut buf = itoa::Buffer::new();
+    let tokens = buf.format(b.tokens);
+    // SAFETY: ctx and name are live; the format string matches the arguments:
+    // s = RedisModuleString*, b = (char*, size_t), l = long long.
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(
+            ctx,
+            SETSTATE.as_ptr(),
+            c"sblllll".as_ptr(),
+            name,
+            tokens.as_ptr(),
+            tokens.len(),
+            b.updated_us as c_longlong,
+            b.rate.num() as c_longlong,
+            b.rate.den() as c_longlong,
+            b.capacity as c_longlong,
+            at_ms as c_longlong,
+        )
+    };
+}
