@@ -389,9 +389,14 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// True when tokens were granted (possibly with a wait).
+    /// True when tokens were granted (possibly with a wait), or, for a
+    /// peek, when a request would be served now.
     pub fn allowed(&self) -> bool {
-        matches!(self.kind, Kind::Allowed | Kind::Reserved)
+        match self.kind {
+            Kind::Allowed | Kind::Reserved => true,
+            Kind::Peek => self.retry_after_ms == 0,
+            Kind::Denied | Kind::Never => false,
+        }
     }
 }
 
@@ -402,7 +407,13 @@ impl Outcome {
 /// now at the stored rate, then the limits switch; that change is written even
 /// when the request is denied, so that the old rate never applies to time after
 /// the change.
-pub fn consume(stored: Option<&Bucket>, limits: Limits, n: u64, mode: Mode, now_us: i64) -> Outcome {
+pub fn consume(
+    stored: Option<&Bucket>,
+    limits: Limits,
+    n: u64,
+    mode: Mode,
+    now_us: i64,
+) -> Outcome {
     let (mut b, mut dirty) = match stored {
         Some(s) => {
             let mut b = *s;
@@ -457,6 +468,82 @@ pub fn consume(stored: Option<&Bucket>, limits: Limits, n: u64, mode: Mode, now_
         retry_after_ms,
         reset_after_ms: b.reset_after_ms(),
         bucket: b,
+        dirty,
+    }
+}
+
+/// One bucket's part in a [`consume_all`] request.
+#[derive(Clone, Copy, Debug)]
+pub struct Part {
+    /// The stored bucket (`None` for a missing key).
+    pub stored: Option<Bucket>,
+    /// The limits the caller passes for it.
+    pub limits: Limits,
+    /// Tokens to take from it.
+    pub n: u64,
+}
+
+/// The result of [`consume_all`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MultiOutcome {
+    /// Whether every bucket gave its `n` (now or, with a reservation, later).
+    pub allowed: bool,
+    /// 0 when allowed now; otherwise the wait in ms until all would succeed
+    /// (rounded up); -1 when any part can never succeed.
+    pub retry_after_ms: i64,
+    /// Each bucket after the call, settled to now.
+    pub buckets: Vec<Bucket>,
+    /// Which buckets must be written (tokens taken or limits changed).
+    pub dirty: Vec<bool>,
+}
+
+/// All-or-nothing consume across several buckets: either every bucket gives
+/// its `n`, or no bucket's tokens change. `mode` is [`Mode::All`] or
+/// [`Mode::Reserve`] (then every bucket goes into debt and the caller waits
+/// for the slowest one).
+pub fn consume_all(parts: &[Part], mode: Mode, now_us: i64) -> MultiOutcome {
+    let mut buckets = Vec::with_capacity(parts.len());
+    let mut dirty = Vec::with_capacity(parts.len());
+    let mut wait: Option<u64> = Some(0);
+    for p in parts {
+        let (b, changed) = match p.stored {
+            Some(mut b) => {
+                b.settle(now_us);
+                let changed = b.reconfigure(p.limits);
+                (b, changed)
+            }
+            None => (Bucket::full(p.limits, now_us), false),
+        };
+        let this = if p.n > b.capacity {
+            None
+        } else {
+            b.micros_until(p.n as i128 * NANOS)
+        };
+        wait = match (wait, this) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            _ => None,
+        };
+        buckets.push(b);
+        dirty.push(changed);
+    }
+    let (allowed, retry_after_ms) = match (wait, mode) {
+        (None, _) => (false, -1),
+        (Some(0), _) => (true, 0),
+        (Some(w), Mode::Reserve { max_wait_us }) if w <= max_wait_us => (true, ceil_ms(w)),
+        (Some(w), _) => (false, ceil_ms(w)),
+    };
+    if allowed {
+        for ((b, d), p) in buckets.iter_mut().zip(dirty.iter_mut()).zip(parts) {
+            if p.n > 0 {
+                b.tokens -= p.n as i128 * NANOS;
+                *d = true;
+            }
+        }
+    }
+    MultiOutcome {
+        allowed,
+        retry_after_ms,
+        buckets,
         dirty,
     }
 }
@@ -531,13 +618,13 @@ mod tests {
     fn refill_is_exact_across_rates() {
         // (num, den, n): n/r is a whole number of microseconds in each case.
         let cases: &[(u128, u128, u64)] = &[
-            (1, 1000, 1),                   // 0.001/s: 1000 s
-            (1, 1000, 7),                   // 7000 s
-            (5, 3, 100),                    // 100/m: 60 s
-            (1, 86_400, 30),                // 1/d: 30 days
-            (10, 1, 1),                     // 100 ms
+            (1, 1000, 1),                                  // 0.001/s: 1000 s
+            (1, 1000, 7),                                  // 7000 s
+            (5, 3, 100),                                   // 100/m: 60 s
+            (1, 86_400, 30),                               // 1/d: 30 days
+            (10, 1, 1),                                    // 100 ms
             (1_000_000_000_000, 1, 9_000_000_000_000_000), // 1e12/s of bytes: 9000 s
-            (25, 10_000_000_000, 5),         // 2.5e-9/s: 2e9 s (63 years)
+            (25, 10_000_000_000, 5),                       // 2.5e-9/s: 2e9 s (63 years)
         ];
         for &(num, den, n) in cases {
             let l = lim(num, den, n);
@@ -607,6 +694,10 @@ mod tests {
         let o = consume(Some(&b), lim(2, 1, 9), 0, Mode::All, T0 + SEC);
         assert_eq!(o.kind, Kind::Peek);
         assert!(!o.dirty);
+        assert!(
+            o.allowed(),
+            "a peek is allowed when a request would be served"
+        );
         assert_eq!(o.remaining, 1, "settled at the old rate");
     }
 
@@ -616,12 +707,19 @@ mod tests {
         let b = empty(old, T0);
         // One second at the old rate (10 tokens), then switch to 1/s, cap 5.
         let o = consume(Some(&b), lim(1, 1, 5), 1, Mode::All, T0 + SEC);
-        assert_eq!(o.bucket.tokens, 4 * NANOS, "10 refilled, clamped to 5, 1 taken");
+        assert_eq!(
+            o.bucket.tokens,
+            4 * NANOS,
+            "10 refilled, clamped to 5, 1 taken"
+        );
         // A denied request with changed limits records the change.
         let b = empty(old, T0);
         let o = consume(Some(&b), lim(1, 1000, 50), 20, Mode::All, T0 + SEC);
         assert_eq!(o.kind, Kind::Denied);
-        assert!(o.dirty, "the switch is written so the old rate stops applying");
+        assert!(
+            o.dirty,
+            "the switch is written so the old rate stops applying"
+        );
         assert_eq!(o.bucket.tokens, 10 * NANOS);
         assert_eq!(o.bucket.updated_us, T0 + SEC);
     }
@@ -650,7 +748,11 @@ mod tests {
         assert_eq!(b.tokens, (i64::MAX / 2) as i128 - (i64::MIN / 2) as i128);
         assert_eq!(b.expiry(), Expiry::Never, "9e18 s to full: beyond any date");
         let mut b = empty(lim(1, MAX_RATE_DEN as u128, MAX_AMOUNT), T0);
-        assert_eq!(b.expiry(), Expiry::Never, "2^53 tokens at 2^-40/s: beyond any date");
+        assert_eq!(
+            b.expiry(),
+            Expiry::Never,
+            "2^53 tokens at 2^-40/s: beyond any date"
+        );
         b.settle(T0 + 100 * 365 * 86_400 * SEC);
         assert!(b.tokens > 0);
     }
@@ -675,11 +777,18 @@ mod tests {
         assert_eq!((o.kind, o.granted, o.remaining), (Kind::Allowed, 3, 0));
         assert_eq!(o.bucket.tokens, 500_000_000);
         let o = consume(Some(&o.bucket), l, 8, Mode::AtMost, T0);
-        assert_eq!((o.kind, o.granted, o.retry_after_ms), (Kind::Denied, 0, 500));
+        assert_eq!(
+            (o.kind, o.granted, o.retry_after_ms),
+            (Kind::Denied, 0, 500)
+        );
         let o = consume(Some(&b), l, 2, Mode::AtMost, T0);
         assert_eq!((o.kind, o.granted), (Kind::Allowed, 2));
         let o = consume(Some(&b), l, 11, Mode::AtMost, T0);
-        assert_eq!(o.kind, Kind::Never, "n above capacity can never be satisfied");
+        assert_eq!(
+            o.kind,
+            Kind::Never,
+            "n above capacity can never be satisfied"
+        );
     }
 
     #[test]
@@ -691,7 +800,10 @@ mod tests {
         let o1 = consume(None, l, 1, mode, T0);
         assert_eq!((o1.kind, o1.retry_after_ms), (Kind::Allowed, 0));
         let o2 = consume(Some(&o1.bucket), l, 1, mode, T0);
-        assert_eq!((o2.kind, o2.retry_after_ms, o2.granted), (Kind::Reserved, 100, 1));
+        assert_eq!(
+            (o2.kind, o2.retry_after_ms, o2.granted),
+            (Kind::Reserved, 100, 1)
+        );
         let o3 = consume(Some(&o2.bucket), l, 1, mode, T0);
         assert_eq!((o3.kind, o3.retry_after_ms), (Kind::Reserved, 200));
         assert_eq!(o3.remaining, 0, "debt shows as zero remaining");
@@ -708,6 +820,51 @@ mod tests {
         assert!(!late.dirty);
         let peek = consume(Some(&o3.bucket), l, 0, Mode::All, T0);
         assert_eq!(peek.retry_after_ms, 200, "a peek waits for the debt too");
+    }
+
+    #[test]
+    fn consume_all_is_all_or_nothing() {
+        let rpm = lim(1, 1, 3);
+        let tpm = lim(100, 1, 1000);
+        let part = |stored, limits, n| Part { stored, limits, n };
+        let o = consume_all(&[part(None, rpm, 1), part(None, tpm, 600)], Mode::All, T0);
+        assert!(o.allowed);
+        assert_eq!(o.retry_after_ms, 0);
+        assert_eq!(o.buckets[0].tokens, 2 * NANOS);
+        assert_eq!(o.buckets[1].tokens, 400 * NANOS);
+        // The second limit is short: nothing is taken from either.
+        let (r, t) = (o.buckets[0], o.buckets[1]);
+        let o2 = consume_all(
+            &[part(Some(r), rpm, 1), part(Some(t), tpm, 600)],
+            Mode::All,
+            T0,
+        );
+        assert!(!o2.allowed);
+        assert_eq!(o2.retry_after_ms, 2000, "200 tokens at 100/s");
+        assert_eq!(o2.dirty, vec![false, false]);
+        assert_eq!(
+            (o2.buckets[0].tokens, o2.buckets[1].tokens),
+            (r.tokens, t.tokens)
+        );
+        // Never when one part exceeds its capacity.
+        let o3 = consume_all(
+            &[part(Some(r), rpm, 1), part(Some(t), tpm, 1001)],
+            Mode::All,
+            T0,
+        );
+        assert_eq!((o3.allowed, o3.retry_after_ms), (false, -1));
+        // With a reservation both go into debt and the wait is the slowest.
+        let o4 = consume_all(
+            &[part(Some(r), rpm, 1), part(Some(t), tpm, 600)],
+            Mode::Reserve {
+                max_wait_us: 5_000_000,
+            },
+            T0,
+        );
+        assert!(o4.allowed);
+        assert_eq!(o4.retry_after_ms, 2000);
+        assert_eq!(o4.buckets[1].tokens, -200 * NANOS);
+        assert_eq!(o4.dirty, vec![true, true]);
     }
 
     #[test]
@@ -771,7 +928,7 @@ mod tests {
                 let o = consume(stored.as_ref(), l, n, mode, now);
                 prop_assert!(o.bucket.tokens <= o.bucket.cap_nanos());
                 prop_assert!(o.bucket.updated_us == now);
-                if o.allowed() {
+                if o.allowed() && o.kind != Kind::Peek {
                     admitted += o.granted as u128;
                     latest_proceed = latest_proceed.max(now + o.retry_after_ms * 1000);
                 } else {

@@ -92,10 +92,18 @@ pub fn rate(arg: &[u8]) -> Result<Rate, ParseError> {
     // value = mantissa * 10^exp10 / unit_secs
     let (num, den) = if exp10 >= 0 {
         let scale = 10u128.checked_pow(exp10 as u32).ok_or(ERR_RATE_RANGE)?;
-        (mantissa.checked_mul(scale).ok_or(ERR_RATE_RANGE)?, unit_secs)
+        (
+            mantissa.checked_mul(scale).ok_or(ERR_RATE_RANGE)?,
+            unit_secs,
+        )
     } else {
-        let scale = 10u128.checked_pow(exp10.unsigned_abs()).ok_or(ERR_RATE_RANGE)?;
-        (mantissa, scale.checked_mul(unit_secs).ok_or(ERR_RATE_RANGE)?)
+        let scale = 10u128
+            .checked_pow(exp10.unsigned_abs())
+            .ok_or(ERR_RATE_RANGE)?;
+        (
+            mantissa,
+            scale.checked_mul(unit_secs).ok_or(ERR_RATE_RANGE)?,
+        )
     };
     Rate::new(num, den).ok_or(ERR_RATE_RANGE)
 }
@@ -132,7 +140,7 @@ fn decimal(s: &[u8]) -> Result<(u128, i32), ParseError> {
         return Ok((0, 0));
     }
     let mut exp = exp - frac.len() as i32;
-    while mantissa % 10 == 0 {
+    while mantissa.is_multiple_of(10) {
         mantissa /= 10;
         exp += 1;
     }
@@ -159,6 +167,82 @@ fn trim_end(s: &[u8], c: u8) -> &[u8] {
     &s[..end]
 }
 
+/// Longest wait a RESERVE or BLOCK option may name, in ms (one day); the
+/// `max-wait-ms` setting lowers it.
+pub const MAX_WAIT_MS: u64 = 86_400_000;
+
+/// How a TB.CONSUME request may wait for tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Answer now: granted or denied.
+    No,
+    /// `RESERVE ms`: take the tokens into debt if they refill within `ms`;
+    /// the caller waits the returned `retry_after_ms`.
+    Reserve(u64),
+    /// `BLOCK ms`: like `RESERVE`, but the server holds the reply until due.
+    Block(u64),
+}
+
+/// What follows `capacity` in TB.CONSUME: `[n] [RESERVE ms | BLOCK ms] [ATMOST]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConsumeOptions {
+    /// Tokens to take (default 1).
+    pub n: u64,
+    /// `ATMOST`: grant what is there, between 1 and `n`.
+    pub atmost: bool,
+    /// Waiting mode.
+    pub wait: Wait,
+}
+
+/// Parses the arguments after `capacity` of TB.CONSUME.
+pub fn consume_options<'a>(
+    mut args: impl Iterator<Item = &'a [u8]>,
+) -> Result<ConsumeOptions, ParseError> {
+    let mut o = ConsumeOptions {
+        n: 1,
+        atmost: false,
+        wait: Wait::No,
+    };
+    let mut next = args.next();
+    if let Some(first) = next {
+        let keyword = ["ATMOST", "RESERVE", "BLOCK"]
+            .iter()
+            .any(|k| is_keyword(first, k));
+        if !keyword {
+            o.n = amount(first, ERR_N)?;
+            next = args.next();
+        }
+    }
+    while let Some(opt) = next {
+        if is_keyword(opt, "ATMOST") && !o.atmost {
+            o.atmost = true;
+        } else if (is_keyword(opt, "RESERVE") || is_keyword(opt, "BLOCK")) && o.wait == Wait::No {
+            let ms = integer(args.next().unwrap_or_default(), MAX_WAIT_MS, ERR_WAIT)?;
+            o.wait = if is_keyword(opt, "BLOCK") {
+                Wait::Block(ms)
+            } else {
+                Wait::Reserve(ms)
+            };
+        } else {
+            return Err(ERR_OPTION);
+        }
+        next = args.next();
+    }
+    if o.atmost && o.wait != Wait::No {
+        return Err(ERR_ATMOST_WAIT);
+    }
+    Ok(o)
+}
+
+/// Error for a bad RESERVE/BLOCK wait.
+pub const ERR_WAIT: ParseError =
+    "ERR RESERVE and BLOCK take a wait in milliseconds, an integer from 0 to 86400000";
+/// Error for an unknown or repeated option.
+pub const ERR_OPTION: ParseError =
+    "ERR unknown or repeated option: after n, use RESERVE ms, BLOCK ms or ATMOST";
+/// Error for ATMOST combined with waiting.
+pub const ERR_ATMOST_WAIT: ParseError = "ERR ATMOST cannot be combined with RESERVE or BLOCK";
+
 /// Case-insensitive ASCII comparison of an argument with a keyword.
 pub fn is_keyword(arg: &[u8], keyword: &str) -> bool {
     arg.eq_ignore_ascii_case(keyword.as_bytes())
@@ -170,9 +254,7 @@ pub fn glob(pattern: &[u8], name: &[u8]) -> bool {
     let (mut p, mut n) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
     while n < name.len() {
-        if p < pattern.len()
-            && (pattern[p] == b'?' || pattern[p].eq_ignore_ascii_case(&name[n]))
-        {
+        if p < pattern.len() && (pattern[p] == b'?' || pattern[p].eq_ignore_ascii_case(&name[n])) {
             p += 1;
             n += 1;
         } else if p < pattern.len() && pattern[p] == b'*' {
@@ -231,7 +313,10 @@ mod tests {
         assert!(rate(&[0xff, 0xfe]).is_err());
         assert_eq!(rate(b"1e20"), Err(ERR_RATE_RANGE));
         assert_eq!(rate(b"1e-13"), Err(ERR_RATE_RANGE));
-        assert_eq!(rate(b"1234567890123456789012345678901"), Err(ERR_RATE_RANGE));
+        assert_eq!(
+            rate(b"1234567890123456789012345678901"),
+            Err(ERR_RATE_RANGE)
+        );
     }
 
     #[test]
@@ -252,6 +337,58 @@ mod tests {
         assert_eq!(signed(b"12", ERR_N), Ok(12));
         assert!(signed(b"-", ERR_N).is_err());
         assert!(signed(b"1-2", ERR_N).is_err());
+    }
+
+    fn opts(args: &[&str]) -> Result<ConsumeOptions, ParseError> {
+        consume_options(args.iter().map(|a| a.as_bytes()))
+    }
+
+    #[test]
+    fn consume_options_parse() {
+        let plain = ConsumeOptions {
+            n: 1,
+            atmost: false,
+            wait: Wait::No,
+        };
+        assert_eq!(opts(&[]), Ok(plain));
+        assert_eq!(opts(&["5"]), Ok(ConsumeOptions { n: 5, ..plain }));
+        assert_eq!(
+            opts(&["5", "atmost"]),
+            Ok(ConsumeOptions {
+                n: 5,
+                atmost: true,
+                ..plain
+            })
+        );
+        assert_eq!(
+            opts(&["RESERVE", "100"]),
+            Ok(ConsumeOptions {
+                wait: Wait::Reserve(100),
+                ..plain
+            })
+        );
+        assert_eq!(
+            opts(&["3", "BLOCK", "0"]),
+            Ok(ConsumeOptions {
+                n: 3,
+                wait: Wait::Block(0),
+                ..plain
+            })
+        );
+        assert_eq!(opts(&["-1"]), Err(ERR_N));
+        assert_eq!(opts(&["RESERVE"]), Err(ERR_WAIT));
+        assert_eq!(opts(&["RESERVE", "-5"]), Err(ERR_WAIT));
+        assert_eq!(opts(&["RESERVE", "86400001"]), Err(ERR_WAIT));
+        assert_eq!(opts(&["RESERVE", "1", "BLOCK", "1"]), Err(ERR_OPTION));
+        assert_eq!(opts(&["ATMOST", "ATMOST"]), Err(ERR_OPTION));
+        assert_eq!(opts(&["ATMOST", "RESERVE", "5"]), Err(ERR_ATMOST_WAIT));
+        assert_eq!(opts(&["1", "2"]), Err(ERR_OPTION));
+        assert_eq!(
+            opts(&["FROB"]),
+            Err(ERR_N),
+            "a first word that is no option is n"
+        );
+        assert_eq!(opts(&["1", "FROB"]), Err(ERR_OPTION));
     }
 
     #[test]
