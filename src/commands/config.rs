@@ -18,7 +18,10 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
             return Err(CmdError::WrongArity);
         }
         let pattern = args.bytes(2);
-        let hits: Vec<_> = SETTINGS.iter().filter(|s| glob(pattern, s.name.as_bytes())).collect();
+        let hits: Vec<_> = SETTINGS
+            .iter()
+            .filter(|s| glob(pattern, s.name.as_bytes()))
+            .collect();
         r.array(hits.len() * 2);
         for s in hits {
             r.bulk(s.name.as_bytes());
@@ -33,7 +36,10 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
             .iter()
             .find(|s| s.name.as_bytes().eq_ignore_ascii_case(name))
             .ok_or_else(|| {
-                CmdError::Owned(format!("ERR unknown setting '{}'", String::from_utf8_lossy(name)))
+                CmdError::Owned(format!(
+                    "ERR unknown setting '{}'",
+                    String::from_utf8_lossy(name)
+                ))
             })?;
         (setting.set)(args.bytes(3))?;
         r.ok();

@@ -1,41 +1,73 @@
-//! `TB.CONSUME key rate capacity [n]`: take `n` tokens (default 1) from the
-//! bucket under `key`, refilled lazily at `rate` up to `capacity`.
+//! `TB.CONSUME key rate capacity [n] [RESERVE ms | BLOCK ms] [ATMOST]`: take
+//! `n` tokens (default 1) from the bucket under `key`, refilled lazily at
+//! `rate` up to `capacity`.
 //!
 //! Reply: `[allowed, remaining, retry_after_ms, reset_after_ms, granted]`.
 
-use crate::bucket::{self, Limits, Mode};
+use crate::bucket::{self, Kind, Limits, Mode};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
 use crate::glue::store::{self, BucketKey};
-use crate::glue::{clock, stats};
-use crate::parse::{self, ERR_CAPACITY, ERR_N};
+use crate::glue::{blocking, clock, config, stats};
+use crate::parse::{self, Wait, ERR_CAPACITY};
+
+const ERR_TOO_LONG: &str = "ERR wait exceeds tb.max-wait-ms";
+const ERR_CANNOT_BLOCK: &str =
+    "ERR BLOCK cannot wait inside MULTI, a script, or on a client that cannot block: use RESERVE and wait on the client";
 
 /// Handler of `TB.CONSUME`.
 pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
-    if !(4..=5).contains(&args.len()) {
+    if args.len() < 4 {
         return Err(CmdError::WrongArity);
     }
     let limits = Limits {
         rate: parse::rate(args.bytes(2))?,
         capacity: parse::amount(args.bytes(3), ERR_CAPACITY)?,
     };
-    let n = match args.len() {
-        5 => parse::amount(args.bytes(4), ERR_N)?,
-        _ => 1,
+    let opts = parse::consume_options((4..args.len()).map(|i| args.bytes(i)))?;
+    let mode = match opts.wait {
+        Wait::No if opts.atmost => Mode::AtMost,
+        Wait::No => Mode::All,
+        Wait::Reserve(ms) | Wait::Block(ms) => {
+            if ms > config::max_wait_ms() {
+                return Err(ERR_TOO_LONG.into());
+            }
+            Mode::Reserve {
+                max_wait_us: ms * 1000,
+            }
+        }
     };
+    let block = matches!(opts.wait, Wait::Block(_));
+    if block && !blocking::can_block(ctx.raw) {
+        return Err(ERR_CANNOT_BLOCK.into());
+    }
     let now = clock::now_us();
     let key = BucketKey::open(ctx.raw, args.raw(1), true);
     let stored = key.get()?;
-    let o = bucket::consume(stored.as_ref(), limits, n, Mode::All, now);
+    let o = bucket::consume(stored.as_ref(), limits, opts.n, mode, now);
     if o.dirty {
         store::commit(ctx.raw, &key, &o.bucket);
     }
-    stats::record(&o);
-    ctx.reply().ints(&[
+    drop(key);
+    stats::record(&o, opts.n);
+    let reply = [
         i64::from(o.allowed()),
         o.remaining as i64,
         o.retry_after_ms,
         o.reset_after_ms,
         o.granted as i64,
-    ]);
+    ];
+    if block && o.kind == Kind::Reserved && blocking::has_room() {
+        let due = [
+            1,
+            0,
+            0,
+            (o.reset_after_ms - o.retry_after_ms).max(0),
+            o.granted as i64,
+        ];
+        if blocking::block_for(ctx.raw, o.retry_after_ms, due) {
+            return Ok(());
+        }
+    }
+    ctx.reply().ints(&reply);
     Ok(())
 }

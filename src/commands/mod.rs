@@ -4,7 +4,10 @@
 pub mod config;
 pub mod consume;
 pub mod info;
+pub mod mconsume;
+pub mod refund;
 pub mod setstate;
+pub mod throttle;
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
@@ -17,12 +20,12 @@ command_entry!(consume_entry, consume::run);
 command_entry!(info_entry, info::run);
 command_entry!(config_entry, config::run);
 command_entry!(setstate_entry, setstate::run);
+command_entry!(refund_entry, refund::run);
+command_entry!(mconsume_entry, mconsume::run);
+command_entry!(throttle_entry, throttle::run);
 
-type Entry = extern "C" fn(
-    *mut raw::RedisModuleCtx,
-    *mut *mut raw::RedisModuleString,
-    c_int,
-) -> c_int;
+type Entry =
+    extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
 
 /// One registered command.
 struct Spec {
@@ -40,6 +43,27 @@ const COMMANDS: &[Spec] = &[
     Spec {
         name: c"tb.consume",
         entry: consume_entry,
+        flags: c"write deny-oom fast",
+        keys: (1, 1, 1),
+        acl: c"write fast",
+    },
+    Spec {
+        name: c"tb.mconsume",
+        entry: mconsume_entry,
+        flags: c"write deny-oom getkeys-api",
+        keys: (2, 2, 1),
+        acl: c"write",
+    },
+    Spec {
+        name: c"tb.refund",
+        entry: refund_entry,
+        flags: c"write deny-oom fast",
+        keys: (1, 1, 1),
+        acl: c"write fast",
+    },
+    Spec {
+        name: c"cl.throttle",
+        entry: throttle_entry,
         flags: c"write deny-oom fast",
         keys: (1, 1, 1),
         acl: c"write fast",

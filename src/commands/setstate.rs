@@ -18,7 +18,8 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         return Err(CmdError::WrongArity);
     }
     let num = |i: usize| parse::signed(args.bytes(i), ERR_STATE);
-    let (tokens, updated, rnum, rden, cap, at) = (num(2)?, num(3)?, num(4)?, num(5)?, num(6)?, num(7)?);
+    let (tokens, updated, rnum, rden, cap, at) =
+        (num(2)?, num(3)?, num(4)?, num(5)?, num(6)?, num(7)?);
     let in_i64 = |v: i128| i64::try_from(v).map_err(|_| ERR_STATE);
     let in_u64 = |v: i128| u64::try_from(v).map_err(|_| ERR_STATE);
     let rate = Rate::new(in_u64(rnum)? as u128, in_u64(rden)? as u128).ok_or(ERR_STATE)?;

@@ -13,9 +13,9 @@ pub fn now_us() -> i64 {
     // command runs and only read afterwards, all on the main thread.
     unsafe {
         match raw::RedisModule_CachedMicroseconds {
-            Some(cached) => cached() as i64,
+            Some(cached) => cached(),
             None => match raw::RedisModule_Milliseconds {
-                Some(ms) => ms() as i64 * 1000,
+                Some(ms) => ms() * 1000,
                 None => 0,
             },
         }

@@ -54,7 +54,9 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
         match load_fields(rdb) {
             Some(b) if b.is_valid() => Box::into_raw(Box::new(b)).cast(),
             _ => {
-                redis_module::logging::log_warning("tb: rejected a corrupt or truncated tb-bucket value");
+                redis_module::logging::log_warning(
+                    "tb: rejected a corrupt or truncated tb-bucket value",
+                );
                 std::ptr::null_mut()
             }
         }
@@ -94,7 +96,11 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
 
 /// Emits `TB.SETSTATE key tokens updated_us num den capacity 0`; Redis itself
 /// appends `PEXPIREAT` for keys with an expiry.
-extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, value: *mut c_void) {
+extern "C" fn aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
     guard((), || {
         // SAFETY: Redis passes a value created by this type.
         let b = unsafe { &*value.cast::<Bucket>() };

@@ -1,6 +1,7 @@
 //! Everything that touches the Redis module API. Commands call into these
 //! helpers; nothing here decides a bucket's arithmetic.
 
+pub mod blocking;
 pub mod clock;
 pub mod config;
 pub mod datatype;

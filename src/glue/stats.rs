@@ -1,6 +1,6 @@
 //! Counters since start, shown by `INFO tb` and zeroed by `TB.CONFIG RESETSTAT`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use redis_module::{InfoContext, RedisResult};
 use redis_module_macros::info_command_handler;
@@ -47,16 +47,45 @@ pub static NEVER: Counter = Counter::new("never_satisfiable");
 /// Tokens granted in total.
 pub static TOKENS_GRANTED: Counter = Counter::new("tokens_granted");
 
-/// Every counter, in `INFO tb` order.
-pub static ALL: [&Counter; 6] = [&CALLS, &ALLOWED, &DENIED, &PEEKS, &NEVER, &TOKENS_GRANTED];
+/// Requests granted into debt (RESERVE, BLOCK, MCONSUME with RESERVE).
+pub static RESERVATIONS: Counter = Counter::new("reservations");
+/// ATMOST requests granted fewer tokens than asked.
+pub static PARTIAL_GRANTS: Counter = Counter::new("partial_grants");
+/// Clients ever blocked by BLOCK.
+pub static BLOCKED_TOTAL: Counter = Counter::new("blocked_total");
+/// TB.REFUND calls that gave tokens back.
+pub static REFUNDS: Counter = Counter::new("refunds");
 
-/// Records one consume outcome.
-pub fn record(o: &Outcome) {
+/// Every counter, in `INFO tb` order.
+pub static ALL: [&Counter; 10] = [
+    &CALLS,
+    &ALLOWED,
+    &DENIED,
+    &PEEKS,
+    &NEVER,
+    &TOKENS_GRANTED,
+    &RESERVATIONS,
+    &PARTIAL_GRANTS,
+    &BLOCKED_TOTAL,
+    &REFUNDS,
+];
+
+/// Clients blocked right now (a gauge, not reset by RESETSTAT).
+pub static BLOCKED_NOW: AtomicI64 = AtomicI64::new(0);
+
+/// Records one consume outcome for a request of `n` tokens.
+pub fn record(o: &Outcome, n: u64) {
     CALLS.add(1);
     match o.kind {
         Kind::Allowed | Kind::Reserved => {
             ALLOWED.add(1);
             TOKENS_GRANTED.add(o.granted);
+            if o.kind == Kind::Reserved {
+                RESERVATIONS.add(1);
+            }
+            if o.granted < n {
+                PARTIAL_GRANTS.add(1);
+            }
         }
         Kind::Denied => DENIED.add(1),
         Kind::Never => {
@@ -64,6 +93,23 @@ pub fn record(o: &Outcome) {
             NEVER.add(1);
         }
         Kind::Peek => PEEKS.add(1),
+    }
+}
+
+/// Records one multi-bucket request.
+pub fn record_multi(allowed: bool, retry_after_ms: i64, tokens: u64) {
+    CALLS.add(1);
+    if allowed {
+        ALLOWED.add(1);
+        TOKENS_GRANTED.add(tokens);
+        if retry_after_ms > 0 {
+            RESERVATIONS.add(1);
+        }
+    } else {
+        DENIED.add(1);
+        if retry_after_ms < 0 {
+            NEVER.add(1);
+        }
     }
 }
 
@@ -81,6 +127,10 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         for c in ALL {
             section = section.field(c.name, c.get().to_string())?;
         }
+        section = section.field(
+            "blocked_now",
+            BLOCKED_NOW.load(Ordering::Relaxed).to_string(),
+        )?;
         section.build_section()?.build_info()?;
         Ok(())
     })

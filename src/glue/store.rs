@@ -22,7 +22,11 @@ pub struct BucketKey {
 
 impl BucketKey {
     /// Opens `name` for reading, or for reading and writing.
-    pub fn open(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, write: bool) -> Self {
+    pub fn open(
+        ctx: *mut raw::RedisModuleCtx,
+        name: *mut raw::RedisModuleString,
+        write: bool,
+    ) -> Self {
         let mode = if write {
             raw::KeyMode::READ | raw::KeyMode::WRITE
         } else {
@@ -101,7 +105,10 @@ impl BucketKey {
             if at_ms > 0 {
                 raw::RedisModule_SetAbsExpire.unwrap()(self.key, at_ms);
             } else {
-                raw::RedisModule_SetExpire.unwrap()(self.key, raw::REDISMODULE_NO_EXPIRE as c_longlong);
+                raw::RedisModule_SetExpire.unwrap()(
+                    self.key,
+                    raw::REDISMODULE_NO_EXPIRE as c_longlong,
+                );
             }
         }
     }
@@ -140,7 +147,9 @@ pub fn commit(ctx: *mut raw::RedisModuleCtx, key: &BucketKey, b: &Bucket) {
         None => {
             key.delete();
             // SAFETY: ctx and the key name are live; format "s" = one RedisModuleString.
-            unsafe { raw::RedisModule_Replicate.unwrap()(ctx, c"DEL".as_ptr(), c"s".as_ptr(), key.name()) };
+            unsafe {
+                raw::RedisModule_Replicate.unwrap()(ctx, c"DEL".as_ptr(), c"s".as_ptr(), key.name())
+            };
         }
         Some(at_ms) => {
             key.put(b);
@@ -153,7 +162,12 @@ pub fn commit(ctx: *mut raw::RedisModuleCtx, key: &BucketKey, b: &Bucket) {
 }
 
 /// Replicates `TB.SETSTATE key tokens updated_us rate_num rate_den capacity expire_at_ms`.
-fn replicate_state(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, b: &Bucket, at_ms: i64) {
+fn replicate_state(
+    ctx: *mut raw::RedisModuleCtx,
+    name: *mut raw::RedisModuleString,
+    b: &Bucket,
+    at_ms: i64,
+) {
     let mut buf = itoa::Buffer::new();
     let tokens = buf.format(b.tokens);
     // SAFETY: ctx and name are live; the format string matches the arguments:

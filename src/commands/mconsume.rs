@@ -1,0 +1,120 @@
+//! `TB.MCONSUME numkeys key [key ...] rate capacity n [rate capacity n ...]
+//! [RESERVE ms]`: all-or-nothing across several buckets (requests and tokens
+//! per minute, per tenant and per key): either every bucket gives its `n`, or
+//! none changes. All keys must hash to one slot in a cluster (use hash tags).
+//!
+//! Reply: `[allowed, retry_after_ms, remaining_1, ..., remaining_k]`.
+
+use redis_module::raw;
+
+use crate::bucket::{self, Limits, Mode, Part};
+use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
+use crate::glue::store::{self, BucketKey};
+use crate::glue::{clock, config, stats};
+use crate::parse::{self, ERR_CAPACITY, ERR_N};
+
+const ERR_NUMKEYS: &str = "ERR numkeys must be an integer from 1 to 1000 and match the arguments";
+const ERR_DUPLICATE: &str = "ERR a key appears twice in TB.MCONSUME";
+const ERR_OPTION: &str = "ERR unknown option: TB.MCONSUME takes RESERVE ms";
+
+/// Largest numkeys accepted.
+const MAX_KEYS: u64 = 1000;
+
+/// Handler of `TB.MCONSUME`.
+pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
+    if key_positions(ctx, args) {
+        return Ok(());
+    }
+    if args.len() < 6 {
+        return Err(CmdError::WrongArity);
+    }
+    let k = parse::integer(args.bytes(1), MAX_KEYS, ERR_NUMKEYS)? as usize;
+    let triples = 2 + k;
+    if k == 0 || args.len() < triples + 3 * k {
+        return Err(ERR_NUMKEYS.into());
+    }
+    let mut mode = Mode::All;
+    match args.len() - (triples + 3 * k) {
+        0 => {}
+        2 if parse::is_keyword(args.bytes(triples + 3 * k), "RESERVE") => {
+            let ms = parse::integer(
+                args.bytes(triples + 3 * k + 1),
+                parse::MAX_WAIT_MS,
+                parse::ERR_WAIT,
+            )?;
+            if ms > config::max_wait_ms() {
+                return Err("ERR wait exceeds tb.max-wait-ms".into());
+            }
+            mode = Mode::Reserve {
+                max_wait_us: ms * 1000,
+            };
+        }
+        _ => return Err(ERR_OPTION.into()),
+    }
+    let mut parts = Vec::with_capacity(k);
+    for i in 0..k {
+        let at = triples + 3 * i;
+        parts.push(Part {
+            stored: None,
+            limits: Limits {
+                rate: parse::rate(args.bytes(at))?,
+                capacity: parse::amount(args.bytes(at + 1), ERR_CAPACITY)?,
+            },
+            n: parse::amount(args.bytes(at + 2), ERR_N)?,
+        });
+    }
+    for i in 0..k {
+        for j in 0..i {
+            if args.bytes(2 + i) == args.bytes(2 + j) {
+                return Err(ERR_DUPLICATE.into());
+            }
+        }
+    }
+    let now = clock::now_us();
+    let keys: Vec<BucketKey> = (0..k)
+        .map(|i| BucketKey::open(ctx.raw, args.raw(2 + i), true))
+        .collect();
+    for (part, key) in parts.iter_mut().zip(&keys) {
+        part.stored = key.get()?;
+    }
+    let o = bucket::consume_all(&parts, mode, now);
+    for ((key, b), dirty) in keys.iter().zip(&o.buckets).zip(&o.dirty) {
+        if *dirty {
+            store::commit(ctx.raw, key, b);
+        }
+    }
+    let tokens = if o.allowed {
+        parts.iter().map(|p| p.n).sum()
+    } else {
+        0
+    };
+    stats::record_multi(o.allowed, o.retry_after_ms, tokens);
+    let r = ctx.reply();
+    r.array(2 + k);
+    r.int(i64::from(o.allowed));
+    r.int(o.retry_after_ms);
+    for b in &o.buckets {
+        r.int(b.whole_tokens() as i64);
+    }
+    Ok(())
+}
+
+/// Answers Redis' question "where are the keys?" (COMMAND GETKEYS, cluster
+/// routing, ACL checks): arguments 2 to 1 + numkeys. Returns true if this
+/// call was such a question.
+fn key_positions(ctx: &Ctx, args: &Args) -> bool {
+    // SAFETY: ctx is the live context of this call.
+    unsafe {
+        if raw::RedisModule_IsKeysPositionRequest.unwrap()(ctx.raw) == 0 {
+            return false;
+        }
+        if args.len() >= 2 {
+            if let Ok(k) = parse::integer(args.bytes(1), MAX_KEYS, ERR_NUMKEYS) {
+                for i in 0..(k as usize).min(args.len() - 2) {
+                    raw::RedisModule_KeyAtPos.unwrap()(ctx.raw, (2 + i) as i32);
+                }
+            }
+        }
+    }
+    true
+}

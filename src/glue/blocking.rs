@@ -1,0 +1,108 @@
+//! Server-side waiting for `TB.CONSUME ... BLOCK ms`.
+//!
+//! The tokens are reserved (taken into debt, and replicated) by the command
+//! itself, before the client blocks; blocking only delays the reply. So the
+//! reply callback never writes or replicates, which keeps clear of the Redis
+//! 7.0.15 crash with writes in blocked-client callbacks, and FIFO order is the
+//! order of the reservations. A timer unblocks the client when its
+//! reservation is due; other clients are never delayed. A client that
+//! disconnects while waiting keeps its reservation: the tokens stay taken.
+
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use redis_module::{raw, Context};
+
+use super::entry::guard;
+use super::reply::Replier;
+use super::{config, stats};
+
+/// The reply a blocked client gets when its reservation is due.
+type Due = [i64; 5];
+
+/// Whether the calling context may block (not inside MULTI, a script, or a
+/// client that cannot block).
+pub fn can_block(ctx: *mut raw::RedisModuleCtx) -> bool {
+    // SAFETY: ctx is the live context of the current command.
+    let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx) } as u32;
+    let deny = raw::REDISMODULE_CTX_FLAGS_MULTI
+        | raw::REDISMODULE_CTX_FLAGS_LUA
+        | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING;
+    flags & deny == 0
+}
+
+/// Whether another client may block now (`max-blocked`).
+pub fn has_room() -> bool {
+    stats::BLOCKED_NOW.load(Ordering::Relaxed) < config::max_blocked()
+}
+
+/// Blocks the calling client for `wait_ms`, then replies `due`. Returns false
+/// if Redis refused to block the client (the caller then replies itself).
+pub fn block_for(ctx: *mut raw::RedisModuleCtx, wait_ms: i64, due: Due) -> bool {
+    // SAFETY: ctx is the live context of the current command; the callbacks
+    // match the signatures Redis expects; no timeout (the timer unblocks).
+    let bc = unsafe {
+        raw::RedisModule_BlockClient.unwrap()(ctx, Some(reply_due), None, Some(free_due), 0)
+    };
+    if bc.is_null() {
+        return false;
+    }
+    stats::BLOCKED_NOW.fetch_add(1, Ordering::Relaxed);
+    stats::BLOCKED_TOTAL.add(1);
+    let context = Context::new(ctx);
+    context.create_timer(
+        Duration::from_millis(wait_ms.max(0) as u64),
+        unblock,
+        Waiter { bc, due },
+    );
+    true
+}
+
+/// A blocked client waiting for its timer.
+struct Waiter {
+    bc: *mut raw::RedisModuleBlockedClient,
+    due: Due,
+}
+
+fn unblock(_ctx: &Context, w: Waiter) {
+    guard((), || {
+        let privdata = Box::into_raw(Box::new(w.due));
+        // SAFETY: bc came from RedisModule_BlockClient and is unblocked exactly
+        // once, here; Redis passes privdata to reply_due and then free_due,
+        // even if the client disconnected meanwhile.
+        unsafe { raw::RedisModule_UnblockClient.unwrap()(w.bc, privdata.cast()) };
+        stats::BLOCKED_NOW.fetch_sub(1, Ordering::Relaxed);
+    })
+}
+
+extern "C" fn reply_due(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    guard((), || {
+        // SAFETY: ctx is the reply context of a client blocked by `block_for`;
+        // its private data is the Due set by `unblock` (or NULL), alive until
+        // free_due runs after this callback.
+        let due = unsafe {
+            raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx)
+                .cast::<Due>()
+                .as_ref()
+        };
+        match due {
+            Some(d) => Replier(ctx).ints(d),
+            None => Replier(ctx).error("ERR tb: lost the reservation reply"),
+        }
+    });
+    raw::Status::Ok as c_int
+}
+
+extern "C" fn free_due(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {
+    guard((), || {
+        if !privdata.is_null() {
+            // SAFETY: privdata is the Box<Due> leaked in `unblock`, freed once.
+            drop(unsafe { Box::from_raw(privdata.cast::<Due>()) });
+        }
+    })
+}
