@@ -1,0 +1,108 @@
+//! Replication of effects: replicas receive the resulting absolute state
+//! (TB.SETSTATE), never the clock-dependent TB.CONSUME, so master and replica
+//! hold identical values after any workload.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{replica_of, Server, ServerConfig};
+use redis::Connection;
+
+fn dataset_digest(c: &mut Connection) -> String {
+    redis::cmd("DEBUG").arg("DIGEST").query(c).unwrap()
+}
+
+/// Waits until the replica has processed everything the master sent.
+fn sync(master: &mut Connection) {
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(15_000).query(master).unwrap();
+    assert_eq!(acked, 1, "the replica acknowledged the stream");
+}
+
+fn workload(c: &mut Connection, round: u64) {
+    // Rates and capacities chosen so that no key expires during the test,
+    // except the ones that are deleted at once because they are full.
+    let rates = ["1e-3", "0.5", "100/d", "7/h", "0", "3"];
+    for i in 0..60u64 {
+        let key = format!("k{}", (i * 7 + round) % 23);
+        let rate = rates[(i as usize + round as usize) % rates.len()];
+        let cap = 1000 + (i % 3) * 10;
+        let n = [1, 5, 0, 2000, 13][(i % 5) as usize];
+        let _: Vec<i64> = redis::cmd("TB.CONSUME")
+            .arg(&key)
+            .arg(rate)
+            .arg(cap)
+            .arg(n)
+            .query(c)
+            .unwrap();
+    }
+    // A bucket that is full again after a capacity cut is deleted (replicated as DEL).
+    let _: Vec<i64> = redis::cmd("TB.CONSUME")
+        .arg("full")
+        .arg("1")
+        .arg("5")
+        .query(c)
+        .unwrap();
+    let _: Vec<i64> = redis::cmd("TB.CONSUME")
+        .arg("full")
+        .arg("1")
+        .arg("1")
+        .arg(5)
+        .query(c)
+        .unwrap();
+}
+
+#[test]
+fn master_and_replica_hold_identical_buckets() {
+    let m = Server::start();
+    let r = replica_of(&m, ServerConfig::default());
+    let mut mc = m.conn();
+    workload(&mut mc, 0);
+    // The replica is frozen for a second while the master keeps writing.
+    r.pause();
+    let paused_at = std::time::Instant::now();
+    let mut round = 1;
+    while paused_at.elapsed() < Duration::from_secs(1) {
+        workload(&mut mc, round);
+        round += 1;
+    }
+    r.resume();
+    workload(&mut mc, round + 1);
+    sync(&mut mc);
+    let mut rc = r.conn();
+    let (dm, dr) = (dataset_digest(&mut mc), dataset_digest(&mut rc));
+    assert_eq!(dm, dr, "DEBUG DIGEST differs after {round} rounds");
+    let keys: i64 = redis::cmd("DBSIZE").query(&mut rc).unwrap();
+    assert!(keys >= 20, "the workload created buckets: {keys}");
+    let exists: i64 = redis::cmd("EXISTS").arg("full").query(&mut rc).unwrap();
+    assert_eq!(exists, 0, "the full bucket was deleted on the replica too");
+}
+
+fn commandstats(c: &mut Connection) -> String {
+    redis::cmd("INFO").arg("commandstats").query(c).unwrap()
+}
+
+#[test]
+fn replicas_receive_state_not_commands() {
+    let m = Server::start();
+    let r = replica_of(&m, ServerConfig::default());
+    let mut mc = m.conn();
+    for _ in 0..5 {
+        let _: Vec<i64> = redis::cmd("TB.CONSUME")
+            .arg("s")
+            .arg("1")
+            .arg("3")
+            .query(&mut mc)
+            .unwrap();
+    }
+    sync(&mut mc);
+    let stats = commandstats(&mut r.conn());
+    assert!(
+        stats.contains("cmdstat_tb.setstate:calls=3"),
+        "3 grants, 3 states: {stats}"
+    );
+    assert!(
+        !stats.contains("cmdstat_tb.consume"),
+        "TB.CONSUME is never replayed: {stats}"
+    );
+}
