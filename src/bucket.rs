@@ -432,27 +432,23 @@ pub fn consume(
             Some(us) => (Kind::Peek, 0, ceil_ms(us)),
             None => (Kind::Peek, 0, -1),
         }
-    } else if n > b.capacity {
+    } else if n > b.capacity && mode != Mode::AtMost {
         (Kind::Never, 0, -1)
     } else if b.tokens >= want {
         b.tokens -= want;
         dirty = true;
         (Kind::Allowed, n, 0)
+    } else if mode == Mode::AtMost && b.whole_tokens() >= 1 {
+        // Partial grant: everything whole that is there (less than n).
+        let avail = b.whole_tokens();
+        b.tokens -= avail as i128 * NANOS;
+        dirty = true;
+        (Kind::Allowed, avail, 0)
     } else {
-        match (mode, b.micros_until(want)) {
+        // ATMOST waits for one token; the others for all n.
+        let target = if mode == Mode::AtMost { NANOS } else { want };
+        match (mode, b.micros_until(target)) {
             (_, None) => (Kind::Never, 0, -1),
-            (Mode::AtMost, Some(us)) => {
-                let avail = b.whole_tokens();
-                if avail >= 1 {
-                    b.tokens -= avail as i128 * NANOS;
-                    dirty = true;
-                    (Kind::Allowed, avail, 0)
-                } else {
-                    // Denied: report when one token will be there.
-                    let one = b.micros_until(NANOS).unwrap_or(us);
-                    (Kind::Denied, 0, ceil_ms(one))
-                }
-            }
             (Mode::Reserve { max_wait_us }, Some(us)) if us <= max_wait_us => {
                 b.tokens -= want;
                 dirty = true;
@@ -785,10 +781,17 @@ mod tests {
         assert_eq!((o.kind, o.granted), (Kind::Allowed, 2));
         let o = consume(Some(&b), l, 11, Mode::AtMost, T0);
         assert_eq!(
-            o.kind,
-            Kind::Never,
-            "n above capacity can never be satisfied"
+            (o.kind, o.granted),
+            (Kind::Allowed, 3),
+            "n above capacity: send what you may"
         );
+        let fixed = lim(0, 1, 10);
+        let empty_fixed = Bucket {
+            tokens: 0,
+            ..Bucket::full(fixed, T0)
+        };
+        let o = consume(Some(&empty_fixed), fixed, 5, Mode::AtMost, T0);
+        assert_eq!((o.kind, o.retry_after_ms), (Kind::Never, -1));
     }
 
     #[test]
