@@ -1,0 +1,693 @@
+//! Beyond polling: RESERVE, BLOCK, ATMOST, TB.REFUND, TB.MCONSUME and
+//! CL.THROTTLE, through real redis-server processes.
+
+mod common;
+
+use std::collections::HashMap;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{replica_of, Server, ServerConfig};
+use redis::{Connection, Value};
+
+fn ints(c: &mut Connection, args: &[&str]) -> Vec<i64> {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query(c).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+fn err(c: &mut Connection, args: &[&str]) -> String {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    match cmd.query::<Value>(c) {
+        Err(e) => e.to_string(),
+        Ok(v) => panic!("{args:?}: expected an error, got {v:?}"),
+    }
+}
+
+fn info(c: &mut Connection, key: &str) -> HashMap<String, String> {
+    let v: Vec<String> = redis::cmd("TB.INFO").arg(key).query(c).unwrap();
+    v.chunks(2).map(|p| (p[0].clone(), p[1].clone())).collect()
+}
+
+fn info_tb(c: &mut Connection) -> HashMap<String, i64> {
+    let text: String = redis::cmd("INFO").arg("tb").query(c).unwrap();
+    text.lines()
+        .filter_map(|l| l.split_once(':'))
+        .filter_map(|(k, v)| Some((k.to_string(), v.trim().parse().ok()?)))
+        .collect()
+}
+
+fn digest(c: &mut Connection) -> String {
+    redis::cmd("DEBUG").arg("DIGEST").query(c).unwrap()
+}
+
+#[test]
+fn reservations_are_first_come_first_served_across_clients() {
+    let s = Server::start();
+    // 10 tokens/s, capacity 1: the first caller gets the token, each later
+    // caller queues exactly one token (100 ms) behind the one before it,
+    // whichever connection it comes from.
+    let mut conns: Vec<Connection> = (0..6).map(|_| s.conn()).collect();
+    let mut waits = Vec::new();
+    let mut sent = Vec::new();
+    let mut answered = Vec::new();
+    for c in conns.iter_mut() {
+        sent.push(Instant::now());
+        let r = ints(c, &["TB.CONSUME", "q", "10", "1", "1", "RESERVE", "5000"]);
+        answered.push(Instant::now());
+        assert_eq!((r[0], r[4]), (1, 1), "granted now or reserved: {r:?}");
+        waits.push(r[2]);
+    }
+    assert_eq!(waits[0], 0);
+    for i in 1..waits.len() {
+        // Each caller queues exactly one token (100 ms) behind the previous
+        // one, less the server time between the two calls, which is at most
+        // the client time from sending one to being answered for the next
+        // (plus 1 ms: Redis 7.0 reads a millisecond clock).
+        let between = answered[i].duration_since(sent[i - 1]).as_millis() as i64 + 1;
+        let gap = waits[i] - waits[i - 1];
+        assert!(gap <= 100, "FIFO slot {i}: {waits:?}");
+        assert!(
+            gap >= 100 - between,
+            "slot {i} too early: {waits:?}, {between} ms"
+        );
+    }
+    // A caller who will not wait that long is denied and takes nothing.
+    let mut c = s.conn();
+    let before = info(&mut c, "q")["tokens"].clone();
+    let r = ints(
+        &mut c,
+        &["TB.CONSUME", "q", "10", "1", "1", "RESERVE", "100"],
+    );
+    assert_eq!((r[0], r[4]), (0, 0));
+    assert!(r[2] > 100, "the wait it was not willing to accept: {r:?}");
+    let after = info(&mut c, "q")["tokens"].clone();
+    assert!(
+        after.parse::<f64>().unwrap() >= before.parse::<f64>().unwrap(),
+        "nothing taken"
+    );
+    assert_eq!(info_tb(&mut c)["tb_reservations"], 5);
+}
+
+#[test]
+fn reserved_wait_is_exactly_what_the_debt_needs() {
+    let s = Server::start();
+    let mut c = s.conn();
+    // rate 0 except for the refund: a fixed budget makes the timeline exact.
+    let r = ints(&mut c, &["TB.CONSUME", "fixed", "0", "5", "5"]);
+    assert_eq!(r[0], 1);
+    let r = ints(
+        &mut c,
+        &["TB.CONSUME", "fixed", "0", "5", "1", "RESERVE", "1000"],
+    );
+    assert_eq!(
+        (r[0], r[2]),
+        (0, -1),
+        "no refill: a reservation can never come due"
+    );
+    // With refill: 4 tokens/s from empty, 2 tokens reserved = 500 ms.
+    ints(&mut c, &["TB.CONSUME", "slow", "4", "2", "2"]);
+    let r = ints(
+        &mut c,
+        &["TB.CONSUME", "slow", "4", "2", "2", "RESERVE", "1000"],
+    );
+    assert_eq!(r[0], 1);
+    assert!(r[2] > 400 && r[2] <= 500, "{r:?}");
+    let tokens: f64 = info(&mut c, "slow")["tokens"].parse().unwrap();
+    assert!(
+        tokens < 0.0 && tokens >= -2.0,
+        "the bucket is in debt: {tokens}"
+    );
+}
+
+/// Starts `TB.CONSUME key rate 1 1 BLOCK ms` on its own connection; returns
+/// the reply and the instant it arrived.
+fn spawn_block(
+    s: &Server,
+    key: &str,
+    rate: &str,
+    ms: u64,
+) -> thread::JoinHandle<(Vec<i64>, Instant)> {
+    let mut c = s.conn();
+    let (key, rate) = (key.to_string(), rate.to_string());
+    thread::spawn(move || {
+        let r: Vec<i64> = redis::cmd("TB.CONSUME")
+            .arg(&key)
+            .arg(&rate)
+            .arg("1")
+            .arg("1")
+            .arg("BLOCK")
+            .arg(ms)
+            .query(&mut c)
+            .unwrap();
+        (r, Instant::now())
+    })
+}
+
+#[test]
+fn block_holds_the_reply_until_due_in_fifo_order_without_delaying_others() {
+    let s = Server::start();
+    let mut c = s.conn();
+    ints(&mut c, &["TB.CONSUME", "b", "10", "1"]); // empty the bucket
+    let start = Instant::now();
+    let mut waiters = Vec::new();
+    for _ in 0..8 {
+        waiters.push(spawn_block(&s, "b", "10", 5000));
+        // Space arrivals (well under a slot) so the server sees them in order.
+        thread::sleep(Duration::from_millis(15));
+    }
+    // Meanwhile other clients are answered at once.
+    let mut slowest = Duration::ZERO;
+    for i in 0..200 {
+        let t = Instant::now();
+        ints(&mut c, &["TB.CONSUME", &format!("other{i}"), "1", "5"]);
+        slowest = slowest.max(t.elapsed());
+    }
+    assert!(
+        slowest < Duration::from_millis(100),
+        "others waited {slowest:?}"
+    );
+    assert!(info_tb(&mut c)["tb_blocked_now"] > 0);
+    let mut finished = Vec::new();
+    for (i, w) in waiters.into_iter().enumerate() {
+        let (r, at) = w.join().unwrap();
+        assert_eq!((r[0], r[2], r[4]), (1, 0, 1), "waiter {i}: {r:?}");
+        // The bucket was emptied just before `start`; waiter i holds the
+        // (i+1)-th token, due (i+1)*100 ms later. Never early (1 ms for the
+        // 7.0 millisecond clock); late by at most 60 ms of event-loop and
+        // thread scheduling on a loaded 2-core machine.
+        let done = at.duration_since(start);
+        let due = Duration::from_millis(100 * (i as u64 + 1));
+        assert!(
+            done + Duration::from_millis(1) >= due,
+            "waiter {i} early: {done:?}"
+        );
+        assert!(
+            done <= due + Duration::from_millis(60),
+            "waiter {i} late: {done:?}"
+        );
+        finished.push(at);
+    }
+    assert!(finished.windows(2).all(|p| p[0] <= p[1]), "FIFO completion");
+    let stats = info_tb(&mut c);
+    assert_eq!(stats["tb_blocked_now"], 0);
+    assert_eq!(stats["tb_blocked_total"], 8);
+}
+
+#[test]
+fn block_that_cannot_be_served_in_time_is_denied_at_once() {
+    let s = Server::start();
+    let mut c = s.conn();
+    ints(&mut c, &["TB.CONSUME", "t", "10", "1"]);
+    for _ in 0..5 {
+        ints(
+            &mut c,
+            &["TB.CONSUME", "t", "10", "1", "1", "RESERVE", "5000"],
+        );
+    }
+    let t = Instant::now();
+    let r = ints(&mut c, &["TB.CONSUME", "t", "10", "1", "1", "BLOCK", "200"]);
+    assert!(
+        t.elapsed() < Duration::from_millis(150),
+        "answered at once: {:?}",
+        t.elapsed()
+    );
+    assert_eq!((r[0], r[4]), (0, 0));
+    assert!(r[2] > 200);
+    // n above capacity: denied at once, never.
+    let r = ints(&mut c, &["TB.CONSUME", "t", "10", "1", "2", "BLOCK", "200"]);
+    assert_eq!((r[0], r[2]), (0, -1));
+}
+
+#[test]
+fn block_past_max_blocked_answers_like_reserve() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let _: () = redis::cmd("TB.CONFIG")
+        .arg("SET")
+        .arg("max-blocked")
+        .arg("1")
+        .query(&mut c)
+        .unwrap();
+    ints(&mut c, &["TB.CONSUME", "m", "1", "1"]);
+    let first = spawn_block(&s, "m", "1", 5000);
+    s.wait_for("one client blocked", Duration::from_secs(5), |c| {
+        info_tb(c)["tb_blocked_now"] == 1
+    });
+    let t = Instant::now();
+    let r = ints(&mut c, &["TB.CONSUME", "m", "1", "1", "1", "BLOCK", "5000"]);
+    assert!(t.elapsed() < Duration::from_millis(150));
+    assert_eq!((r[0], r[4]), (1, 1), "reserved");
+    assert!(
+        r[2] > 1000 && r[2] <= 2000,
+        "the caller waits itself: {r:?}"
+    );
+    assert_eq!(first.join().unwrap().0[0], 1);
+}
+
+#[test]
+fn block_inside_multi_or_script_is_a_clear_error() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let r: redis::RedisResult<Value> = redis::pipe()
+        .atomic()
+        .cmd("TB.CONSUME")
+        .arg("x")
+        .arg("1")
+        .arg("1")
+        .arg("1")
+        .arg("BLOCK")
+        .arg("100")
+        .query(&mut c);
+    let text = format!("{r:?}");
+    assert!(text.contains("BLOCK cannot wait inside MULTI"), "{text}");
+    let e = err(
+        &mut c,
+        &[
+            "EVAL",
+            "return redis.call('TB.CONSUME', KEYS[1], 1, 1, 1, 'BLOCK', 100)",
+            "1",
+            "x",
+        ],
+    );
+    assert!(e.contains("BLOCK cannot wait inside MULTI"), "{e}");
+    // RESERVE works in both.
+    let r: Vec<i64> = redis::cmd("EVAL")
+        .arg("return redis.call('TB.CONSUME', KEYS[1], 1, 1, 1, 'RESERVE', 100)")
+        .arg(1)
+        .arg("y")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(r[0], 1);
+}
+
+#[test]
+fn a_disconnected_waiter_keeps_its_reservation_and_the_server_is_unharmed() {
+    let s = Server::start();
+    let mut c = s.conn();
+    ints(&mut c, &["TB.CONSUME", "d", "1", "1"]);
+    // Send BLOCK on a raw socket and hang up while the server holds the reply.
+    let mut gone = std::net::TcpStream::connect(s.addr()).unwrap();
+    let cmd = ["TB.CONSUME", "d", "1", "1", "1", "BLOCK", "5000"];
+    let mut wire = format!("*{}\r\n", cmd.len());
+    for a in cmd {
+        wire += &format!("${}\r\n{a}\r\n", a.len());
+    }
+    std::io::Write::write_all(&mut gone, wire.as_bytes()).unwrap();
+    s.wait_for("client blocked", Duration::from_secs(5), |c| {
+        info_tb(c)["tb_blocked_now"] == 1
+    });
+    drop(gone);
+    s.wait_for("waiter released", Duration::from_secs(5), |c| {
+        info_tb(c)["tb_blocked_now"] == 0
+    });
+    assert_eq!(info_tb(&mut c)["tb_blocked_total"], 1);
+    // The reservation stays taken: the next caller queues behind it.
+    // Had the waiter's token been given back, one would be there now (more
+    // than a second has passed at 1 token/s); it was kept, so the next caller
+    // waits for a token of its own.
+    let r = ints(
+        &mut c,
+        &["TB.CONSUME", "d", "1", "1", "1", "RESERVE", "5000"],
+    );
+    assert_eq!(r[0], 1);
+    assert!(
+        r[2] > 0,
+        "the kept reservation used the refilled token: {r:?}"
+    );
+    let pong: String = redis::cmd("PING").query(&mut c).unwrap();
+    assert_eq!(pong, "PONG");
+}
+
+#[test]
+fn blocked_clients_with_a_replica_and_aof_stay_consistent() {
+    let m = Server::start_with(ServerConfig {
+        args: vec!["--appendonly".into(), "yes".into()],
+        ..ServerConfig::default()
+    });
+    let r = replica_of(&m, ServerConfig::default());
+    let mut c = m.conn();
+    ints(&mut c, &["TB.CONSUME", "rb", "20", "1"]);
+    let waiters: Vec<_> = (0..6).map(|_| spawn_block(&m, "rb", "20", 5000)).collect();
+    for w in waiters {
+        assert_eq!(w.join().unwrap().0[0], 1);
+    }
+    let _: i64 = redis::cmd("TB.REFUND")
+        .arg("rb")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut c).unwrap();
+    assert_eq!(acked, 1);
+    assert_eq!(digest(&mut c), digest(&mut r.conn()));
+    assert!(!m.log().contains("ASSERTION"), "{}", m.log());
+}
+
+#[test]
+fn atmost_grants_what_is_there_for_byte_streams() {
+    let s = Server::start();
+    let mut c = s.conn();
+    assert_eq!(
+        ints(
+            &mut c,
+            &["TB.CONSUME", "bytes", "0", "1000", "600", "ATMOST"]
+        ),
+        vec![1, 400, 0, -1, 600]
+    );
+    assert_eq!(
+        ints(
+            &mut c,
+            &["TB.CONSUME", "bytes", "0", "1000", "600", "ATMOST"]
+        ),
+        vec![1, 0, 0, -1, 400]
+    );
+    assert_eq!(
+        ints(
+            &mut c,
+            &["TB.CONSUME", "bytes", "0", "1000", "600", "ATMOST"]
+        ),
+        vec![0, 0, -1, -1, 0]
+    );
+    // n above capacity is fine for a stream: it gets what the bucket holds.
+    assert_eq!(
+        ints(
+            &mut c,
+            &["TB.CONSUME", "big", "0", "1000", "5000", "ATMOST"]
+        ),
+        vec![1, 0, 0, -1, 1000]
+    );
+    assert_eq!(info_tb(&mut c)["tb_partial_grants"], 2);
+    // With refill, a denial says when one unit will be there (1 per second).
+    ints(&mut c, &["TB.CONSUME", "bw", "1", "1000", "1000"]);
+    let r = ints(&mut c, &["TB.CONSUME", "bw", "1", "1000", "500", "ATMOST"]);
+    assert_eq!((r[0], r[1], r[4]), (0, 0, 0));
+    assert!(r[2] > 0 && r[2] <= 1000, "{r:?}");
+}
+
+#[test]
+fn refund_clamps_to_capacity_and_ignores_missing_keys() {
+    let s = Server::start();
+    let mut c = s.conn();
+    ints(&mut c, &["TB.CONSUME", "rf", "0", "10", "8"]);
+    let n: i64 = redis::cmd("TB.REFUND")
+        .arg("rf")
+        .arg(3)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(n, 5);
+    let n: i64 = redis::cmd("TB.REFUND")
+        .arg("rf")
+        .arg(100)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(n, 10, "never above capacity");
+    let v: Value = redis::cmd("TB.REFUND")
+        .arg("nothing")
+        .arg(5)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(v, Value::Nil, "a missing key is full already");
+    assert_eq!(
+        redis::cmd("EXISTS")
+            .arg("nothing")
+            .query::<i64>(&mut c)
+            .unwrap(),
+        0
+    );
+    // Reserve an estimate, refund the unused part: the debt shrinks.
+    ints(&mut c, &["TB.CONSUME", "llm", "100", "1000", "1000"]);
+    ints(
+        &mut c,
+        &[
+            "TB.CONSUME",
+            "llm",
+            "100",
+            "1000",
+            "800",
+            "RESERVE",
+            "60000",
+        ],
+    );
+    let _: Value = redis::cmd("TB.REFUND")
+        .arg("llm")
+        .arg(500)
+        .query(&mut c)
+        .unwrap();
+    let tokens: f64 = info(&mut c, "llm")["tokens"].parse().unwrap();
+    assert!(
+        (-300.0..-290.0).contains(&tokens),
+        "1000 - 1000 - 800 + 500 + refill: {tokens}"
+    );
+    let _: () = redis::cmd("SET").arg("s").arg("x").query(&mut c).unwrap();
+    assert!(err(&mut c, &["TB.REFUND", "s", "1"]).contains("WRONGTYPE"));
+    assert!(err(&mut c, &["TB.REFUND", "rf", "-1"]).contains("n must be"));
+    assert!(err(&mut c, &["TB.REFUND", "rf"]).contains("wrong number"));
+}
+
+#[test]
+fn mconsume_is_all_or_nothing() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let call = |c: &mut Connection, tpm: &str| {
+        ints(
+            c,
+            &[
+                "TB.MCONSUME",
+                "2",
+                "{t}:rpm",
+                "{t}:tpm",
+                "0",
+                "3",
+                "1",
+                "0",
+                "1000",
+                tpm,
+            ],
+        )
+    };
+    assert_eq!(call(&mut c, "600"), vec![1, 0, 2, 400]);
+    let d = digest(&mut c);
+    // The token limit is short: neither bucket changes.
+    assert_eq!(call(&mut c, "600"), vec![0, -1, 2, 400]);
+    assert_eq!(digest(&mut c), d, "a denial changes no bucket");
+    assert_eq!(call(&mut c, "400"), vec![1, 0, 1, 0]);
+    let keys: Vec<String> = redis::cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg("TB.MCONSUME")
+        .arg("2")
+        .arg("a")
+        .arg("b")
+        .arg("1")
+        .arg("1")
+        .arg("1")
+        .arg("1")
+        .arg("1")
+        .arg("1")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(keys, ["a", "b"]);
+    // With RESERVE both go into debt and the wait is the slowest bucket's.
+    let r = ints(
+        &mut c,
+        &[
+            "TB.MCONSUME",
+            "2",
+            "x",
+            "y",
+            "10",
+            "1",
+            "1",
+            "1",
+            "1",
+            "1",
+            "RESERVE",
+            "5000",
+        ],
+    );
+    assert_eq!(r[..2], [1, 0]);
+    let r = ints(
+        &mut c,
+        &[
+            "TB.MCONSUME",
+            "2",
+            "x",
+            "y",
+            "10",
+            "1",
+            "1",
+            "1",
+            "1",
+            "1",
+            "RESERVE",
+            "5000",
+        ],
+    );
+    assert_eq!(r[0], 1);
+    assert!(
+        r[1] > 900 && r[1] <= 1000,
+        "the 1/s bucket is the slowest: {r:?}"
+    );
+    for (args, want) in [
+        (
+            vec!["TB.MCONSUME", "2", "a", "a", "1", "1", "1", "1", "1", "1"],
+            "appears twice",
+        ),
+        (
+            vec!["TB.MCONSUME", "3", "a", "b", "1", "1", "1", "1", "1", "1"],
+            "numkeys",
+        ),
+        (vec!["TB.MCONSUME", "0", "1", "1", "1", "1"], "numkeys"),
+        (
+            vec!["TB.MCONSUME", "1", "a", "1", "1", "1", "FROB", "1"],
+            "unknown option",
+        ),
+        (vec!["TB.MCONSUME", "1", "a", "x", "1", "1"], "rate must be"),
+        (vec!["TB.MCONSUME", "1"], "wrong number"),
+    ] {
+        let e = err(&mut c, &args);
+        assert!(e.contains(want), "{args:?}: {e}");
+    }
+}
+
+#[test]
+fn mconsume_keys_in_different_slots_get_crossslot() {
+    let s = Server::start_with(ServerConfig {
+        args: vec!["--cluster-enabled".into(), "yes".into()],
+        ..ServerConfig::default()
+    });
+    let mut c = s.conn();
+    let _: () = redis::cmd("CLUSTER")
+        .arg("ADDSLOTSRANGE")
+        .arg(0)
+        .arg(16383)
+        .query(&mut c)
+        .unwrap();
+    s.wait_for("cluster ok", Duration::from_secs(10), |c| {
+        let i: String = redis::cmd("CLUSTER").arg("INFO").query(c).unwrap();
+        i.contains("cluster_state:ok")
+    });
+    let e = err(
+        &mut c,
+        &[
+            "TB.MCONSUME",
+            "2",
+            "tenant42:rpm",
+            "tenant42:tpm",
+            "1",
+            "1",
+            "1",
+            "1",
+            "1",
+            "1",
+        ],
+    );
+    assert!(e.contains("hash to the same slot"), "{e}");
+    let r = ints(
+        &mut c,
+        &[
+            "TB.MCONSUME",
+            "2",
+            "{tenant42}:rpm",
+            "{tenant42}:tpm",
+            "1",
+            "1",
+            "1",
+            "1",
+            "1",
+            "1",
+        ],
+    );
+    assert_eq!(r[0], 1);
+}
+
+#[test]
+fn cl_throttle_matches_redis_cell() {
+    let s = Server::start();
+    let mut c = s.conn();
+    // redis-cell's README: burst 15, 30 per 60 s, on a full limiter.
+    assert_eq!(
+        ints(&mut c, &["CL.THROTTLE", "user123", "15", "30", "60", "1"]),
+        vec![0, 16, 15, -1, 2]
+    );
+    for left in (0..15).rev() {
+        let r = ints(&mut c, &["CL.THROTTLE", "user123", "15", "30", "60"]);
+        assert_eq!(r[..4], [0, 16, left, -1]);
+    }
+    // Exhausted: limited, retry in one token (2 s), full again in 32 s.
+    assert_eq!(
+        ints(&mut c, &["CL.THROTTLE", "user123", "15", "30", "60", "1"]),
+        vec![1, 16, 0, 2, 32]
+    );
+    // A quantity above the limit is limited with retry -1.
+    let r = ints(&mut c, &["CL.THROTTLE", "other", "15", "30", "60", "17"]);
+    assert_eq!(r[..4], [1, 16, 16, -1]);
+    // Fractional rates and high rates work: 5000 per second.
+    let r = ints(
+        &mut c,
+        &["CL.THROTTLE", "fast", "9999", "5000", "1", "10000"],
+    );
+    assert_eq!(r[..4], [0, 10000, 0, -1]);
+    // Same data type as TB.CONSUME.
+    let i = info(&mut c, "user123");
+    assert_eq!((i["capacity"].as_str(), i["rate"].as_str()), ("16", "0.5"));
+    for (args, want) in [
+        (vec!["CL.THROTTLE", "k", "15", "30"], "wrong number"),
+        (vec!["CL.THROTTLE", "k", "-1", "30", "60"], "max_burst"),
+        (vec!["CL.THROTTLE", "k", "15", "30", "0"], "period"),
+        (vec!["CL.THROTTLE", "k", "15", "x", "60"], "count"),
+        (
+            vec!["CL.THROTTLE", "k", "15", "30", "60", "\u{ff}"],
+            "quantity",
+        ),
+    ] {
+        let e = err(&mut c, &args);
+        assert!(e.contains(want), "{args:?}: {e}");
+    }
+    let _: () = redis::cmd("SET").arg("s").arg("x").query(&mut c).unwrap();
+    assert!(err(&mut c, &["CL.THROTTLE", "s", "1", "1", "1"]).contains("WRONGTYPE"));
+}
+
+#[test]
+fn every_new_command_replicates_exact_state() {
+    let m = Server::start();
+    let r = replica_of(&m, ServerConfig::default());
+    let mut c = m.conn();
+    ints(&mut c, &["TB.CONSUME", "a", "7/h", "100", "60", "ATMOST"]);
+    ints(&mut c, &["TB.CONSUME", "a", "7/h", "100", "60", "ATMOST"]);
+    ints(&mut c, &["TB.CONSUME", "b", "5", "2", "2"]);
+    ints(
+        &mut c,
+        &["TB.CONSUME", "b", "5", "2", "2", "RESERVE", "1000"],
+    );
+    let _: Value = redis::cmd("TB.REFUND")
+        .arg("b")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    ints(
+        &mut c,
+        &[
+            "TB.MCONSUME",
+            "2",
+            "{u}1",
+            "{u}2",
+            "1e-3",
+            "10",
+            "3",
+            "100/d",
+            "50",
+            "20",
+        ],
+    );
+    ints(&mut c, &["CL.THROTTLE", "cell", "15", "30", "60", "3"]);
+    let w = spawn_block(&m, "b", "5", 2000);
+    assert_eq!(w.join().unwrap().0[0], 1);
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut c).unwrap();
+    assert_eq!(acked, 1);
+    assert_eq!(digest(&mut c), digest(&mut r.conn()));
+}
