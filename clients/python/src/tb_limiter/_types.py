@@ -1,0 +1,136 @@
+"""Typed replies of the tb commands, and the errors the client raises."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+#: Which implementation answers: the native module or the Lua script.
+Backend = Literal["module", "lua"]
+
+
+def _seconds(ms: int) -> float:
+    """Milliseconds to seconds; -1 (never) becomes infinity."""
+    return math.inf if ms < 0 else ms / 1000.0
+
+
+@dataclass(frozen=True)
+class Result:
+    """The reply of ``TB.CONSUME``: ``[allowed, remaining, retry_after_ms,
+    reset_after_ms, granted]``.
+
+    ``retry_after_ms`` is 0 when allowed now, the wait (rounded up, never
+    optimistic) when denied or reserved, and -1 when the request can never
+    succeed; ``reset_after_ms`` is -1 for a bucket that never refills.
+    """
+
+    allowed: bool
+    remaining: int
+    retry_after_ms: int
+    reset_after_ms: int
+    granted: int
+
+    @classmethod
+    def from_reply(cls, reply: Sequence[int]) -> "Result":
+        """Builds a result from the five integers of the reply."""
+        a, rem, retry, reset, granted = (int(x) for x in reply)
+        return cls(bool(a), rem, retry, reset, granted)
+
+    @property
+    def retry_after(self) -> float:
+        """Seconds to wait before proceeding (or retrying); ``inf`` for never."""
+        return _seconds(self.retry_after_ms)
+
+    @property
+    def reset_after(self) -> float:
+        """Seconds until the bucket is full again; ``inf`` for never."""
+        return _seconds(self.reset_after_ms)
+
+    @property
+    def never(self) -> bool:
+        """True when the request can never succeed (n > capacity, or rate 0
+        and too few tokens)."""
+        return self.retry_after_ms < 0
+
+    @property
+    def reply(self) -> list[int]:
+        """The reply as the server sent it."""
+        return [int(self.allowed), self.remaining, self.retry_after_ms,
+                self.reset_after_ms, self.granted]
+
+
+@dataclass(frozen=True)
+class MultiResult:
+    """The reply of ``TB.MCONSUME``: ``[allowed, retry_after_ms, remaining_1,
+    ..., remaining_k]``."""
+
+    allowed: bool
+    retry_after_ms: int
+    remaining: tuple[int, ...]
+
+    @classmethod
+    def from_reply(cls, reply: Sequence[int]) -> "MultiResult":
+        """Builds a result from the reply's integers."""
+        values = [int(x) for x in reply]
+        return cls(bool(values[0]), values[1], tuple(values[2:]))
+
+    @property
+    def retry_after(self) -> float:
+        """Seconds until every bucket would succeed; ``inf`` for never."""
+        return _seconds(self.retry_after_ms)
+
+    @property
+    def never(self) -> bool:
+        """True when some bucket can never give its ``n``."""
+        return self.retry_after_ms < 0
+
+    @property
+    def reply(self) -> list[int]:
+        """The reply as the server sent it."""
+        return [int(self.allowed), self.retry_after_ms, *self.remaining]
+
+
+@dataclass(frozen=True)
+class BucketInfo:
+    """The reply of ``TB.INFO``: the bucket as of now (read-only)."""
+
+    tokens: str
+    """Exact decimal, negative while reservations are pending."""
+    capacity: int
+    rate: str
+    """Tokens per second as a decimal string."""
+    updated_at_ms: int
+    reset_after_ms: int
+    ttl_ms: int
+
+    @classmethod
+    def from_reply(cls, reply: Sequence[object]) -> "BucketInfo":
+        """Builds the info from the flat field/value array."""
+        fields: dict[str, object] = {}
+        for name, value in zip(reply[0::2], reply[1::2]):
+            key = name.decode() if isinstance(name, bytes) else str(name)
+            fields[key] = value.decode() if isinstance(value, bytes) else value
+        return cls(
+            tokens=str(fields["tokens"]),
+            capacity=int(fields["capacity"]),  # type: ignore[call-overload]
+            rate=str(fields["rate"]),
+            updated_at_ms=int(fields["updated_at_ms"]),  # type: ignore[call-overload]
+            reset_after_ms=int(fields["reset_after_ms"]),  # type: ignore[call-overload]
+            ttl_ms=int(fields["ttl_ms"]),  # type: ignore[call-overload]
+        )
+
+
+class RateLimited(Exception):
+    """Raised by ``acquire`` and the decorator/context manager when the
+    tokens cannot be had within the timeout. ``result`` is the reply that
+    said so (``result.never`` when they can never be had)."""
+
+    def __init__(self, key: str, result: Result | MultiResult) -> None:
+        self.key = key
+        self.result = result
+        if result.never:
+            why = "can never be satisfied"
+        else:
+            why = f"needs {result.retry_after_ms} ms"
+        super().__init__(f"rate limited on {key!r}: {why}")

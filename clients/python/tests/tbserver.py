@@ -1,0 +1,106 @@
+"""Real redis-server processes for the tests, like the Rust harness
+(tests/common/mod.rs): a free loopback port, a start-up deadline, stopped by
+pid. Environment: REDIS_SERVER (default ``redis-server`` on PATH) and
+TB_MODULE (default ``target/release/libtb.so`` at the repository root)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+REPO = Path(__file__).resolve().parents[3]
+START_DEADLINE = 15.0
+STOP_DEADLINE = 10.0
+
+
+def redis_server_bin() -> str:
+    """The redis-server to run; fails clearly when there is none."""
+    name = os.environ.get("REDIS_SERVER") or "redis-server"
+    path = name if os.sep in name else shutil.which(name)
+    if not path or not os.path.isfile(path):
+        raise RuntimeError(f"redis-server not found ({name!r}): run `make test-python`, which installs it")
+    return path
+
+
+def module_path() -> str:
+    """The tb module to load; fails clearly when it was not built."""
+    p = Path(os.environ.get("TB_MODULE") or REPO / "target/release/libtb.so")
+    if not p.is_file():
+        raise RuntimeError(f"tb module not found at {p}: run `cargo build --release` first")
+    return str(p.resolve())
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """A redis-server child process on 127.0.0.1, with or without the module."""
+
+    def __init__(self, *, with_module: bool, extra: list[str] | None = None) -> None:
+        self.with_module = with_module
+        self.dir = tempfile.mkdtemp(prefix="tb-py-")
+        self.port = free_port()
+        args = [
+            redis_server_bin(),
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", self.dir,
+            "--save", "",
+            "--appendonly", "no",
+            "--logfile", "redis.log",
+        ]
+        if with_module:
+            args += ["--loadmodule", module_path()]
+        args += extra or []
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, cwd=self.dir)
+        self._wait_ready()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self, **kwargs: object) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)  # type: ignore[arg-type]
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = Path(self.dir, "redis.log").read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_DEADLINE
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                if self.client(socket_timeout=1).ping():
+                    return
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"redis-server did not answer PING within {START_DEADLINE} s:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        """SIGTERM by pid, SIGKILL after the deadline; removes the data dir."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_DEADLINE)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        shutil.rmtree(self.dir, ignore_errors=True)

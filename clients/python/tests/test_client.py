@@ -1,0 +1,186 @@
+"""The blocking client, on both backends (the module, and the Lua fallback on
+a server without it): every test runs twice through the ``limiter`` fixture."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import pytest
+import redis
+
+from tb_limiter import Limiter, MultiResult, RateLimited, Result
+
+# 1e-12 tokens/s: one nano-token takes 1000 s, so nothing refills during a
+# test and the replies do not depend on timing.
+FROZEN = "1e-12"
+
+
+def test_fresh_bucket_counts_down(limiter: Limiter) -> None:
+    b = limiter.bucket("user:42", 10, 5)
+    r = b.consume()
+    assert r == Result(True, 4, 0, 100, 1)
+    assert (r.retry_after, r.reset_after, r.never) == (0.0, 0.1, False)
+    assert r.reply == [1, 4, 0, 100, 1]
+    assert b.consume(4).granted == 4
+    denied = b.consume()
+    assert (denied.allowed, denied.granted, denied.remaining) == (False, 0, 0)
+    assert 0 < denied.retry_after_ms <= 100
+
+
+def test_denials_and_peeks_write_nothing(limiter: Limiter) -> None:
+    b = limiter.bucket("k", FROZEN, 3)
+    assert b.consume(4).never
+    assert b.peek().allowed
+    assert limiter.client.exists("k") == 0, "a missing key is a full bucket"
+    b.consume(3)
+    before = b.info()
+    assert not b.consume(1).allowed
+    after = b.info()
+    assert before is not None and after is not None
+    assert dataclasses.replace(after, ttl_ms=0) == dataclasses.replace(before, ttl_ms=0)
+
+
+def test_never_cases(limiter: Limiter) -> None:
+    over = limiter.bucket("a", 1, 5).consume(6)
+    assert (over.allowed, over.retry_after_ms, over.retry_after, over.never) == (False, -1, math.inf, True)
+    budget = limiter.bucket("b", 0, 2)
+    assert budget.consume(2).reset_after_ms == -1
+    assert budget.consume(1) == Result(False, 0, -1, -1, 0)
+    assert limiter.client.ttl("b") == -1, "a fixed budget does not expire"
+
+
+def test_atmost_grants_what_is_there(limiter: Limiter) -> None:
+    b = limiter.bucket("bytes", FROZEN, 10)
+    b.consume(7)
+    r = b.consume(5, atmost=True)
+    assert (r.allowed, r.granted, r.remaining) == (True, 3, 0)
+    assert not b.consume(5, atmost=True).allowed
+    # n above capacity: ATMOST still sends what it may
+    assert limiter.bucket("big", FROZEN, 10).consume(1000, atmost=True).granted == 10
+
+
+def test_reservations_queue_first_come_first_served(limiter: Limiter) -> None:
+    b = limiter.bucket("llm", 10, 1)
+    assert b.reserve(max_wait=1).retry_after_ms == 0
+    first = b.reserve(max_wait=1)
+    second = b.reserve(max_wait=1)
+    assert first.allowed and second.allowed
+    assert 0 < first.retry_after_ms <= 100 < second.retry_after_ms <= 200
+    assert second.retry_after_ms - first.retry_after_ms == 100
+    info = b.info()
+    assert info is not None and info.tokens.startswith("-")
+    late = b.reserve(max_wait=0.15)
+    assert not late.allowed and late.granted == 0
+
+
+def test_refund(limiter: Limiter) -> None:
+    b = limiter.bucket("tpm", FROZEN, 1000)
+    assert b.refund(5) is None, "missing key: already full"
+    b.consume(800)
+    assert b.refund(300) == 500
+    assert b.refund(10_000) == 1000
+
+
+def test_consume_many_is_all_or_nothing(limiter: Limiter) -> None:
+    rpm = limiter.bucket("{acme}:rpm", FROZEN, 3)
+    tpm = limiter.bucket("{acme}:tpm", FROZEN, 1000)
+    assert limiter.consume_many([(rpm, 1), (tpm, 600)]) == MultiResult(True, 0, (2, 400))
+    denied = limiter.consume_many([(rpm, 1), (tpm, 600)])
+    assert not denied.allowed and denied.remaining == (2, 400)
+    assert limiter.consume_many([(rpm, 1), (tpm, 2000)]).never
+
+
+def test_acquire_many_reserves_and_sleeps_once(limiter: Limiter) -> None:
+    a = limiter.bucket("{m}:a", 20, 1)
+    b = limiter.bucket("{m}:b", 10, 1)
+    limiter.acquire_many([(a, 1), (b, 1)])
+    start = time.monotonic()
+    r = limiter.acquire_many([(a, 1), (b, 1)], timeout=1)
+    waited = time.monotonic() - start
+    assert r.allowed and 0 < r.retry_after_ms <= 100
+    assert r.retry_after - 0.005 <= waited < r.retry_after + 0.5
+
+
+def test_errors_are_the_modules(limiter: Limiter) -> None:
+    with pytest.raises(redis.ResponseError, match="rate must be a non-negative decimal"):
+        limiter.bucket("e", "-1", 5).consume()
+    with pytest.raises(redis.ResponseError, match="rate out of range"):
+        limiter.bucket("e", "1e-13", 5).consume()
+    with pytest.raises(redis.ResponseError, match="wait exceeds tb.max-wait-ms"):
+        limiter.bucket("e", 1, 5).reserve(max_wait=61)
+    limiter.client.set("s", "x")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        limiter.bucket("s", 1, 5).consume()
+    with pytest.raises(TypeError):
+        limiter.bucket("e", 1, 5).consume(1.5)  # type: ignore[arg-type]
+
+
+def test_rates_in_every_spelling(limiter: Limiter) -> None:
+    for rate, shown in [(0.5, "0.5"), ("100/m", "1.666666666667"), ("1e-3", "0.001"), (10, "10")]:
+        b = limiter.bucket(f"r{shown}", rate, 5)
+        b.consume()
+        info = b.info()
+        assert info is not None and info.rate == shown
+
+
+def test_acquire_waits_without_polling(limiter: Limiter) -> None:
+    b = limiter.bucket("w", 10, 1)
+    b.consume()
+    calls_before = _calls(limiter)
+    start = time.monotonic()
+    r = b.acquire(timeout=1)
+    waited = time.monotonic() - start
+    assert r.allowed and r.granted == 1
+    assert 0.05 <= waited < 0.6, waited
+    # one command (BLOCK, or RESERVE then a sleep), not a polling loop
+    assert _calls(limiter) - calls_before <= 2
+
+
+def test_acquire_gives_up_past_the_timeout(limiter: Limiter) -> None:
+    b = limiter.bucket("t", FROZEN, 1)
+    b.consume()
+    start = time.monotonic()
+    with pytest.raises(RateLimited) as e:
+        b.acquire(timeout=0.5)
+    assert time.monotonic() - start < 0.3, "answered at once, not after the timeout"
+    assert not e.value.result.allowed
+    with pytest.raises(RateLimited) as never:
+        limiter.bucket("n", 1, 1).acquire(2)
+    assert never.value.result.never
+
+
+def test_decorator_and_context_manager(limiter: Limiter) -> None:
+    b = limiter.bucket("d", FROZEN, 2)
+    calls = []
+
+    @b.limit(timeout=0.1)
+    def work(x: int) -> int:
+        calls.append(x)
+        return x * 2
+
+    assert work(1) == 2
+    with b.limit() as r:
+        assert r.allowed and r.remaining == 0
+    with pytest.raises(RateLimited):
+        work(2)
+    assert calls == [1]
+
+
+def test_forced_backend(server: object) -> None:
+    from tbserver import Server
+
+    assert isinstance(server, Server)
+    lua = Limiter(server.url, backend="lua")
+    assert lua.backend == "lua"
+    assert lua.bucket("f", 1, 2).consume().reply == [1, 1, 0, 1000, 1]
+    with pytest.raises(ValueError):
+        Limiter(server.url, backend="nope")  # type: ignore[arg-type]
+
+
+def _calls(limiter: Limiter) -> int:
+    """TB.CONSUME calls, or script calls, the server has run so far."""
+    stats = limiter.client.info("commandstats")
+    names = ("cmdstat_tb.consume", "cmdstat_evalsha", "cmdstat_eval")
+    return sum(int(v["calls"]) for k, v in stats.items() if k in names)
