@@ -24,6 +24,9 @@ REDIS8_SERVER = $(firstword $(shell ls -1 $(VENV8)/lib/python3.*/site-packages/f
 
 APT_INSTALL := apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y
 
+# Make targets that other parts of the project add to `make test` (see mk/).
+EXTRA_TESTS :=
+
 .PHONY: deps redis8 build run lint test clean
 
 # System packages: the redis-server, redis-cli and redis-benchmark commands,
@@ -102,8 +105,16 @@ test: build redis8
 	@echo "==================================================================="
 	REDIS_SERVER=$(REDIS8_SERVER) TB_MODULE=$(MODULE) \
 	  $(CARGO) test --release --test '*' -- --test-threads=$(TEST_THREADS)
+	@for t in $(EXTRA_TESTS); do \
+	  echo; echo "== make $$t"; \
+	  $(MAKE) --no-print-directory $$t || exit 1; \
+	done
 
 # Build outputs and the Redis 8 venv (./data, the `make run` data, is kept).
 clean:
 	$(CARGO) clean
 	rm -rf $(VENV8)
+
+# Fragments for the Python client, benchmarks, fuzzing and soak runs; each may
+# append targets to EXTRA_TESTS.
+-include mk/*.mk
