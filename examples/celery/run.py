@@ -1,0 +1,59 @@
+"""One command: ``make example-celery`` (or ``python run.py``).
+
+Starts a redis-server with the tb module on a free port (or uses REDIS_URL),
+the stand-in LLM API (0.5 calls/s, burst 1), a Celery worker with 3 prefork
+processes, then sends TASKS tasks (default 6) at once and prints when each
+API call arrived: one every 2 s, none rejected.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[1] / "clients" / "python" / "tests"))
+
+
+def main() -> None:
+    from fake_llm import FakeLLM
+    from scenario import worker
+    from tbserver import Server
+
+    server = None
+    redis_url = os.environ.get("REDIS_URL")
+    if not redis_url:
+        server = Server(with_module=True)
+        redis_url = server.url
+    os.environ["TB_REDIS_URL"] = redis_url
+    api = FakeLLM(rate=0.5, latency=2.5).start()
+    os.environ["LLM_API_URL"] = api.url
+    import app  # after the environment is set
+
+    try:
+        log = Path(tempfile.mkdtemp()) / "worker.log"
+        with worker(redis_url, api.url, concurrency=3, logfile=log):
+            n = int(os.environ.get("TASKS", "6"))
+            print(f"redis {redis_url}, API {api.url} (0.5 calls/s), 3 worker processes, {n} tasks")
+            start = time.time()
+            results = [app.complete.delay(f"document {i}") for i in range(n)]
+            for r in results:
+                out = r.get(timeout=60)
+                print(f"  task -> HTTP {out['status']} in worker pid {out['pid']}, "
+                      f"requeued {out['retries']}x, slept {out['slept']:.3f} s")
+            stats = api.stats()
+            for t in stats["arrivals"]:
+                print(f"  API call at +{t - start:6.3f} s")
+            print(f"accepted {stats['accepted']}, rejected (429) {stats['rejected']}")
+    finally:
+        api.stop()
+        if server:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
