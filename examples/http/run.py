@@ -1,0 +1,41 @@
+"""One command: ``make example-http`` (or ``python run.py``).
+
+Starts a redis-server with the tb module on a free port (or uses REDIS_URL)
+and serves the gateway on http://127.0.0.1:8000 (PORT) with the limits of
+tiers.yaml (TIERS_FILE); edit the file and the new limits apply at once.
+Try:  curl -i -H 'X-API-Key: key-alice-1' http://127.0.0.1:8000/v1/models
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[1] / "clients" / "python" / "tests"))
+
+
+def main() -> None:
+    import uvicorn
+
+    from tbserver import Server
+
+    server = None
+    redis_url = os.environ.get("REDIS_URL")
+    if not redis_url:
+        server = Server(with_module=True)
+        redis_url = server.url
+    os.environ["TB_REDIS_URL"] = redis_url
+    port = int(os.environ.get("PORT", "8000"))
+    print(f"redis {redis_url}; try: curl -i -H 'X-API-Key: key-alice-1' http://127.0.0.1:{port}/v1/models")
+    try:
+        uvicorn.run("gateway:app", host="127.0.0.1", port=port, app_dir=str(HERE))
+    finally:
+        if server:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
