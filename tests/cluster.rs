@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::thread;
 use std::time::Instant;
 
-use common::cluster::{redis_cli, slot_of, tag_for_slot, Cluster, SLOTS};
+use common::cluster::{redis_cli, slot_of, tag_for_slot, wait_replicated, Cluster, SLOTS};
 use common::Server;
 use redis::{ConnectionLike, ErrorKind, RedisError, Value};
 
@@ -435,12 +435,7 @@ fn cluster_clients_reach_every_command() {
     // TB.INFO is read-only: a replica serves it after READONLY, with the
     // same state as its master; without READONLY it redirects.
     let replica = cl.replica_of(owner);
-    let acked: i64 = redis::cmd("WAIT")
-        .arg(1)
-        .arg(10_000)
-        .query(&mut cl.node_conn(owner))
-        .unwrap();
-    assert_eq!(acked, 1);
+    wait_replicated(&cl.nodes[owner], &cl.nodes[replica]);
     let mut rc = cl.node_conn(replica);
     let e = error_of(&mut rc, redis::cmd("TB.INFO").arg(k));
     assert_eq!(e.kind(), ErrorKind::Moved, "{e}");

@@ -524,6 +524,28 @@ impl Cluster {
     }
 }
 
+fn repl_offset(c: &mut Connection, field: &str) -> i64 {
+    let text: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(c)
+        .unwrap_or_else(|e| panic!("INFO replication: {e}"));
+    info_field(&text, field)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in {text}"))
+}
+
+/// Waits until `replica` has processed everything `master` wrote so far,
+/// from any connection. (`WAIT` only covers the writes of the connection it
+/// is sent on.)
+pub fn wait_replicated(master: &Server, replica: &Server) {
+    let offset = repl_offset(&mut master.conn(), "master_repl_offset");
+    replica.wait_for(
+        &format!("the replica to reach offset {offset}"),
+        Duration::from_secs(20),
+        |c| repl_offset(c, "slave_repl_offset") >= offset,
+    );
+}
+
 /// Runs `cmd` on a fresh connection to `server` with short timeouts.
 fn query<T: redis::FromRedisValue>(server: &Server, cmd: &mut redis::Cmd) -> RedisResult<T> {
     let client = server.client();
