@@ -1,0 +1,41 @@
+"""One command: ``make example-download`` (or ``python run.py``).
+
+Starts a redis-server with the tb module on a free port (or uses REDIS_URL)
+and serves downloads on http://127.0.0.1:8000 (PORT): alice is a normal user
+(10 MB/s), bob and carol premium (50 MB/s), 100 MB/s for everyone together.
+Try:  curl -H 'X-User: alice' http://127.0.0.1:8000/files/50000000 -o /dev/null
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[1] / "clients" / "python" / "tests"))
+
+
+def main() -> None:
+    import uvicorn
+
+    from tbserver import Server
+
+    server = None
+    redis_url = os.environ.get("REDIS_URL")
+    if not redis_url:
+        server = Server(with_module=True)
+        redis_url = server.url
+    os.environ["TB_REDIS_URL"] = redis_url
+    port = int(os.environ.get("PORT", "8000"))
+    print(f"redis {redis_url}; try: curl -H 'X-User: alice' http://127.0.0.1:{port}/files/50000000 -o /dev/null")
+    try:
+        uvicorn.run("downloads:app", host="127.0.0.1", port=port, app_dir=str(HERE))
+    finally:
+        if server:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
