@@ -10,6 +10,7 @@ use crate::glue::config::{
     DEFAULT_MAX_BLOCKED, DEFAULT_MAX_WAIT_MS, EXPIRE_IDLE, MAX_BLOCKED, MAX_MAX_BLOCKED, MAX_WAIT,
 };
 use crate::glue::datatype::TB_TYPE;
+use crate::glue::eviction;
 use crate::parse::MAX_WAIT_MS;
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
@@ -28,6 +29,8 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     ctx.set_module_options(
         raw::ModuleOptions::HANDLE_IO_ERRORS | raw::ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED,
     );
+    // Warn now if the eviction policy can evict buckets (see eviction.rs).
+    eviction::refresh(ctx);
     match commands::register_all(ctx.get_raw()) {
         Ok(()) => Status::Ok,
         Err(e) => {

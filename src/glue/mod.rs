@@ -6,6 +6,7 @@ pub mod clock;
 pub mod config;
 pub mod datatype;
 pub mod entry;
+pub mod eviction;
 pub mod reply;
 pub mod stats;
 pub mod store;

@@ -131,6 +131,10 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
             "blocked_now",
             BLOCKED_NOW.load(Ordering::Relaxed).to_string(),
         )?;
+        section = section.field(
+            "eviction_policy_can_evict_buckets",
+            u8::from(super::eviction::can_evict_buckets()).to_string(),
+        )?;
         section.build_section()?.build_info()?;
         Ok(())
     })
