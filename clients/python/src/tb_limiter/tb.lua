@@ -178,14 +178,39 @@ local function bn_divmod(a, b)
   return q, r
 end
 
+local TWO52 = 4503599627370496
+
+-- The value of a bignum below 2^52 as a double, or nil.
+local function small(a)
+  if #a > 3 then return nil end
+  local v = bn_num(a)
+  if v >= TWO52 then return nil end
+  return v
+end
+
+-- floor(a * b / c) and its remainder: doubles when the product stays below
+-- 2^52 (exact, with the quotient corrected for rounding), bignums otherwise.
+local function bn_mul_divmod(a, b, c)
+  local x, y, z = small(a), small(b), small(c)
+  if x and y and z and x * y < TWO52 then
+    local p = x * y
+    local q = math.floor(p / z)
+    while q * z > p do q = q - 1 end
+    while (q + 1) * z <= p do q = q + 1 end
+    return bn(q), p - q * z
+  end
+  local q, r = bn_divmod(bn_mul(a, b), c)
+  return q, #r
+end
+
 local function bn_mul_div_floor(a, b, c)
-  local q = bn_divmod(bn_mul(a, b), c)
+  local q = bn_mul_divmod(a, b, c)
   return q
 end
 
 local function bn_mul_div_ceil(a, b, c)
-  local q, r = bn_divmod(bn_mul(a, b), c)
-  if #r > 0 then q = bn_add(q, { 1 }) end
+  local q, r = bn_mul_divmod(a, b, c)
+  if r > 0 then q = bn_add(q, { 1 }) end
   return q
 end
 
@@ -259,6 +284,18 @@ local function parse_rate(s)
   -- Beyond 10^38 the module's u128 overflows; either way the reduced rate
   -- is out of range.
   if exp >= 39 or exp <= -39 then return nil, ERR_RATE_RANGE end
+  if #mantissa <= 15 and exp > -16 and exp < 16 then
+    -- Everything fits in doubles: reduce with an exact Euclid on fmod.
+    local n, d = tonumber(mantissa), unit
+    if exp >= 0 then n = n * 10 ^ exp else d = d * 10 ^ (-exp) end
+    if n < TWO52 and d < TWO52 then
+      local a, b = n, d
+      while b > 0 do a, b = b, math.fmod(a, b) end
+      n, d = n / a, d / a
+      if n > MAX_RATE_NUM or d > MAX_RATE_DEN then return nil, ERR_RATE_RANGE end
+      return n, d
+    end
+  end
   local num, den
   if exp >= 0 then
     num = bn_str(mantissa .. string.rep('0', exp))
@@ -334,6 +371,13 @@ end
 
 -- Microseconds to whole milliseconds, rounded up.
 local function ceil_ms(us)
+  local x = small(us)
+  if x then
+    local r = math.fmod(x, 1000)
+    local q = (x - r) / 1000
+    if r > 0 then q = q + 1 end
+    return q
+  end
   local q, r = bn_divmod(us, BN_1000)
   if #r > 0 then q = bn_add(q, { 1 }) end
   if bn_cmp(q, BN_I64_MAX) > 0 then q = BN_I64_MAX end
