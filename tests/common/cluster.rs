@@ -279,7 +279,7 @@ impl Cluster {
 
     /// `CLUSTER NODES` as node `i` sees it.
     pub fn nodes_seen_by(&self, i: usize) -> Vec<NodeInfo> {
-        let text: String = query(&self.nodes[i], &mut redis::cmd("CLUSTER").arg("NODES"))
+        let text: String = query(&self.nodes[i], redis::cmd("CLUSTER").arg("NODES"))
             .unwrap_or_else(|e| panic!("CLUSTER NODES on node {i}: {e}"));
         parse_nodes(&text)
     }
@@ -287,7 +287,7 @@ impl Cluster {
     /// Slot ranges and the port of the master serving each, as node `i`
     /// sees them (`CLUSTER SLOTS`), sorted by first slot.
     pub fn slots_seen_by(&self, i: usize) -> RedisResult<Vec<(u16, u16, u16)>> {
-        let v: Value = query(&self.nodes[i], &mut redis::cmd("CLUSTER").arg("SLOTS"))?;
+        let v: Value = query(&self.nodes[i], redis::cmd("CLUSTER").arg("SLOTS"))?;
         Ok(parse_slots(&v))
     }
 
@@ -355,7 +355,7 @@ impl Cluster {
 
     /// Like [`Cluster::role`], with an error instead of a panic.
     fn try_role(&self, i: usize) -> Result<String, String> {
-        let info: String = query(&self.nodes[i], &mut redis::cmd("INFO").arg("replication"))
+        let info: String = query(&self.nodes[i], redis::cmd("INFO").arg("replication"))
             .map_err(|e| format!("INFO replication on node {i}: {e}"))?;
         Ok(info_field(&info, "role").unwrap_or_default())
     }
@@ -387,7 +387,7 @@ impl Cluster {
                 .as_deref()
                 .unwrap_or_else(|| panic!("node {r} is not a replica")),
         );
-        let reply: String = query(&self.nodes[r], &mut redis::cmd("CLUSTER").arg("FAILOVER"))
+        let reply: String = query(&self.nodes[r], redis::cmd("CLUSTER").arg("FAILOVER"))
             .unwrap_or_else(|e| panic!("CLUSTER FAILOVER on node {r}: {e}"));
         assert_eq!(reply, "OK");
         self.wait_until(&format!("node {r} to replace node {old} as master"), || {
@@ -422,7 +422,7 @@ impl Cluster {
         let running = self.running();
         let mut first_map: Option<Vec<(u16, u16, u16)>> = None;
         for &i in &running {
-            let info: String = query(&self.nodes[i], &mut redis::cmd("CLUSTER").arg("INFO"))
+            let info: String = query(&self.nodes[i], redis::cmd("CLUSTER").arg("INFO"))
                 .map_err(|e| format!("CLUSTER INFO on node {i}: {e}"))?;
             if info_field(&info, "cluster_state").as_deref() != Some("ok")
                 || info_field(&info, "cluster_slots_ok").as_deref() != Some("16384")
@@ -445,7 +445,7 @@ impl Cluster {
                 }
                 Some(_) => {}
             }
-            let repl: String = query(&self.nodes[i], &mut redis::cmd("INFO").arg("replication"))
+            let repl: String = query(&self.nodes[i], redis::cmd("INFO").arg("replication"))
                 .map_err(|e| format!("INFO replication on node {i}: {e}"))?;
             if info_field(&repl, "role").as_deref() == Some("slave")
                 && info_field(&repl, "master_link_status").as_deref() != Some("up")
@@ -456,7 +456,7 @@ impl Cluster {
         // Every running node sees the same roles for all running nodes.
         let mut first_view: Option<Vec<(String, bool, Option<String>)>> = None;
         for &i in &running {
-            let text: String = query(&self.nodes[i], &mut redis::cmd("CLUSTER").arg("NODES"))
+            let text: String = query(&self.nodes[i], redis::cmd("CLUSTER").arg("NODES"))
                 .map_err(|e| format!("CLUSTER NODES on node {i}: {e}"))?;
             let mut view: Vec<_> = parse_nodes(&text)
                 .into_iter()
@@ -547,7 +547,7 @@ pub fn wait_replicated(master: &Server, replica: &Server) {
 }
 
 /// Runs `cmd` on a fresh connection to `server` with short timeouts.
-fn query<T: redis::FromRedisValue>(server: &Server, cmd: &mut redis::Cmd) -> RedisResult<T> {
+fn query<T: redis::FromRedisValue>(server: &Server, cmd: &redis::Cmd) -> RedisResult<T> {
     let client = server.client();
     let mut c = client.get_connection_with_timeout(Duration::from_secs(2))?;
     c.set_read_timeout(Some(IO_TIMEOUT))?;
