@@ -128,6 +128,7 @@ def test_rates_in_every_spelling(limiter: Limiter) -> None:
 def test_acquire_waits_without_polling(limiter: Limiter) -> None:
     b = limiter.bucket("w", 10, 1)
     b.consume()
+    blocked_before = _blocked(limiter)
     calls_before = _calls(limiter)
     start = time.monotonic()
     r = b.acquire(timeout=1)
@@ -135,7 +136,9 @@ def test_acquire_waits_without_polling(limiter: Limiter) -> None:
     assert r.allowed and r.granted == 1
     assert 0.05 <= waited < 0.6, waited
     # one command (BLOCK, or RESERVE then a sleep), not a polling loop
-    assert _calls(limiter) - calls_before <= 2
+    assert _calls(limiter) - calls_before == 1
+    if limiter.backend == "module":
+        assert _blocked(limiter) == blocked_before + 1, "the server held the reply (BLOCK)"
 
 
 def test_acquire_gives_up_past_the_timeout(limiter: Limiter) -> None:
@@ -184,3 +187,10 @@ def _calls(limiter: Limiter) -> int:
     stats = limiter.client.info("commandstats")
     names = ("cmdstat_tb.consume", "cmdstat_evalsha", "cmdstat_eval")
     return sum(int(v["calls"]) for k, v in stats.items() if k in names)
+
+
+def _blocked(limiter: Limiter) -> int:
+    """Clients the module has blocked so far (INFO tb); 0 for the script."""
+    if limiter.backend != "module":
+        return 0
+    return int(limiter.client.info("tb")["tb_blocked_total"])
