@@ -14,7 +14,7 @@ use std::thread;
 use std::time::Instant;
 
 use common::cluster::{redis_cli, slot_of, tag_for_slot, wait_replicated, Cluster, SLOTS};
-use common::Server;
+use common::{server_version, Server};
 use redis::{ConnectionLike, ErrorKind, RedisError, Value};
 
 /// `TB.CONSUME key rate capacity n`.
@@ -230,6 +230,84 @@ fn command_docs_describe_every_command() {
     );
     let e = error_of(&mut c, redis::cmd("TB.INFO").arg("a").arg("b"));
     assert!(e.to_string().contains("wrong number of arguments"), "{e}");
+}
+
+/// The ACL rules of the production guide (docs/production.md).
+#[test]
+fn acl_rules_keep_the_internal_commands_from_applications() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let users: [(&str, &[&str]); 3] = [
+        ("named", &["~*", "+@all", "-tb.setstate", "-tb.config"]),
+        (
+            "prefix",
+            &[
+                "~rl:*",
+                "+tb.consume",
+                "+tb.mconsume",
+                "+tb.refund",
+                "+tb.info",
+                "+cl.throttle",
+            ],
+        ),
+        ("category", &["~*", "+@all", "-@dangerous"]),
+    ];
+    for (name, rules) in users {
+        let ok: String = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(name)
+            .arg("on")
+            .arg(">pw")
+            .arg(rules)
+            .query(&mut admin)
+            .unwrap();
+        assert_eq!(ok, "OK");
+    }
+    let login = |user: &str| {
+        let mut c = s.conn();
+        let ok: String = redis::cmd("AUTH")
+            .arg(user)
+            .arg("pw")
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(ok, "OK");
+        c
+    };
+    let setstate = redis::cmd("TB.SETSTATE")
+        .arg("rl:1")
+        .arg(0)
+        .arg(0)
+        .arg(0)
+        .arg(1)
+        .arg(10)
+        .arg(0)
+        .clone();
+    let config = redis::cmd("TB.CONFIG").arg("GET").arg("*").clone();
+    let categories = server_version() >= (7, 2, 0);
+    for user in ["named", "prefix", "category"] {
+        let mut c = login(user);
+        assert_eq!(consume(&mut c, "rl:1", "0", 10, 1)[0], 1, "{user}");
+        assert_eq!(tokens(&mut c, "rl:1"), "9", "{user}");
+        let refunded: i64 = redis::cmd("TB.REFUND")
+            .arg("rl:1")
+            .arg(1)
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(refunded, 10, "{user}");
+        if user == "category" && !categories {
+            // Redis 7.0: module commands are in no category but @all.
+            assert!(setstate.query::<String>(&mut c).is_ok());
+            assert!(config.query::<Value>(&mut c).is_ok());
+            continue;
+        }
+        for cmd in [&setstate, &config] {
+            let e = error_of(&mut c, cmd);
+            assert_eq!(e.code(), Some("NOPERM"), "{user}: {e}");
+        }
+    }
+    let mut c = login("prefix");
+    let e = error_of(&mut c, redis::cmd("TB.CONSUME").arg("other").arg(0).arg(10));
+    assert_eq!(e.code(), Some("NOPERM"), "{e}");
 }
 
 #[test]
