@@ -133,7 +133,6 @@ impl Default for ClusterConfig {
 #[derive(Clone, Debug)]
 pub struct NodeInfo {
     pub id: String,
-    pub port: u16,
     pub flags: Vec<String>,
     /// The master's id for a replica, `None` for a master.
     pub master_id: Option<String>,
@@ -142,10 +141,6 @@ pub struct NodeInfo {
 impl NodeInfo {
     pub fn is_master(&self) -> bool {
         self.flags.iter().any(|f| f == "master")
-    }
-
-    pub fn is_failed(&self) -> bool {
-        self.flags.iter().any(|f| f == "fail" || f == "fail?")
     }
 }
 
@@ -571,16 +566,8 @@ fn parse_nodes(text: &str) -> Vec<NodeInfo> {
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
             let f: Vec<&str> = l.split(' ').collect();
-            // 127.0.0.1:30001@40001[,hostname]
-            let port = f[1]
-                .split('@')
-                .next()
-                .and_then(|a| a.rsplit(':').next())
-                .and_then(|p| p.parse().ok())
-                .unwrap_or(0);
             NodeInfo {
                 id: f[0].to_string(),
-                port,
                 flags: f[2].split(',').map(str::to_string).collect(),
                 master_id: (f[3] != "-").then(|| f[3].to_string()),
             }
