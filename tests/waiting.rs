@@ -120,7 +120,7 @@ fn reserved_wait_is_exactly_what_the_debt_needs() {
     assert!(r[2] > 400 && r[2] <= 500, "{r:?}");
     let tokens: f64 = info(&mut c, "slow")["tokens"].parse().unwrap();
     assert!(
-        tokens < 0.0 && tokens >= -2.0,
+        (-2.0..0.0).contains(&tokens),
         "the bucket is in debt: {tokens}"
     );
 }
@@ -179,8 +179,9 @@ fn block_holds_the_reply_until_due_in_fifo_order_without_delaying_others() {
         assert_eq!((r[0], r[2], r[4]), (1, 0, 1), "waiter {i}: {r:?}");
         // The bucket was emptied just before `start`; waiter i holds the
         // (i+1)-th token, due (i+1)*100 ms later. Never early (1 ms for the
-        // 7.0 millisecond clock); late by at most 60 ms of event-loop and
-        // thread scheduling on a loaded 2-core machine.
+        // 7.0 millisecond clock); late by at most 100 ms: the timer fires from
+        // the event loop, and on a loaded 2-core machine the server and this
+        // thread each wait for a time slice (60 ms was exceeded under load).
         let done = at.duration_since(start);
         let due = Duration::from_millis(100 * (i as u64 + 1));
         assert!(
@@ -188,7 +189,7 @@ fn block_holds_the_reply_until_due_in_fifo_order_without_delaying_others() {
             "waiter {i} early: {done:?}"
         );
         assert!(
-            done <= due + Duration::from_millis(60),
+            done <= due + Duration::from_millis(100),
             "waiter {i} late: {done:?}"
         );
         finished.push(at);
@@ -290,10 +291,12 @@ fn block_inside_multi_or_script_is_a_clear_error() {
 fn a_disconnected_waiter_keeps_its_reservation_and_the_server_is_unharmed() {
     let s = Server::start();
     let mut c = s.conn();
-    ints(&mut c, &["TB.CONSUME", "d", "1", "1"]);
+    // 0.2 token/s: the waiter's reservation falls due 5 s after `emptied`.
+    let emptied = Instant::now();
+    ints(&mut c, &["TB.CONSUME", "d", "0.2", "1"]);
     // Send BLOCK on a raw socket and hang up while the server holds the reply.
     let mut gone = std::net::TcpStream::connect(s.addr()).unwrap();
-    let cmd = ["TB.CONSUME", "d", "1", "1", "1", "BLOCK", "5000"];
+    let cmd = ["TB.CONSUME", "d", "0.2", "1", "1", "BLOCK", "10000"];
     let mut wire = format!("*{}\r\n", cmd.len());
     for a in cmd {
         wire += &format!("${}\r\n{a}\r\n", a.len());
@@ -306,20 +309,21 @@ fn a_disconnected_waiter_keeps_its_reservation_and_the_server_is_unharmed() {
     s.wait_for("waiter released", Duration::from_secs(5), |c| {
         info_tb(c)["tb_blocked_now"] == 0
     });
-    assert_eq!(info_tb(&mut c)["tb_blocked_total"], 1);
-    // The reservation stays taken: the next caller queues behind it.
-    // Had the waiter's token been given back, one would be there now (more
-    // than a second has passed at 1 token/s); it was kept, so the next caller
-    // waits for a token of its own.
-    let r = ints(
-        &mut c,
-        &["TB.CONSUME", "d", "1", "1", "1", "RESERVE", "5000"],
-    );
-    assert_eq!(r[0], 1);
+    let tokens: f64 = info(&mut c, "d")["tokens"].parse().unwrap();
+    // Still before the reservation fell due (the server's clock has moved no
+    // more than ours): it stopped counting as blocked when the client left.
     assert!(
-        r[2] > 0,
-        "the kept reservation used the refilled token: {r:?}"
+        emptied.elapsed() < Duration::from_millis(4500),
+        "{:?}",
+        emptied.elapsed()
     );
+    // And the reservation was kept: had its token been given back, the
+    // balance would not be negative.
+    assert!(
+        tokens < 0.0,
+        "the disconnected waiter's token stays taken: {tokens}"
+    );
+    assert_eq!(info_tb(&mut c)["tb_blocked_total"], 1);
     let pong: String = redis::cmd("PING").query(&mut c).unwrap();
     assert_eq!(pong, "PONG");
 }

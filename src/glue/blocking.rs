@@ -6,8 +6,12 @@
 //! 7.0.15 crash with writes in blocked-client callbacks, and FIFO order is the
 //! order of the reservations. A timer unblocks the client when its
 //! reservation is due; other clients are never delayed. A client that
-//! disconnects while waiting keeps its reservation: the tokens stay taken.
+//! disconnects while waiting (or that Redis unblocks, as when a master turns
+//! replica) keeps its reservation: the tokens stay taken; it stops counting
+//! as blocked at once.
 
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -32,6 +36,23 @@ pub fn can_block(ctx: *mut raw::RedisModuleCtx) -> bool {
     flags & deny == 0
 }
 
+thread_local! {
+    /// Blocked clients still waiting for their timer, by handle address.
+    /// Only the main thread blocks and unblocks clients. A handle stays
+    /// allocated until `unblock` hands it back to Redis, so an address cannot
+    /// be reused while it is in this set.
+    static WAITING: RefCell<HashSet<usize>> = RefCell::new(HashSet::new());
+}
+
+/// Stops counting `bc` as blocked; returns false if it was not counted.
+fn release(bc: *mut raw::RedisModuleBlockedClient) -> bool {
+    let released = WAITING.with(|w| w.borrow_mut().remove(&(bc as usize)));
+    if released {
+        stats::BLOCKED_NOW.fetch_sub(1, Ordering::Relaxed);
+    }
+    released
+}
+
 /// Whether another client may block now (`max-blocked`).
 pub fn has_room() -> bool {
     stats::BLOCKED_NOW.load(Ordering::Relaxed) < config::max_blocked()
@@ -48,6 +69,9 @@ pub fn block_for(ctx: *mut raw::RedisModuleCtx, wait_ms: i64, due: Due) -> bool 
     if bc.is_null() {
         return false;
     }
+    // SAFETY: bc is the handle just returned by RedisModule_BlockClient.
+    unsafe { raw::RedisModule_SetDisconnectCallback.unwrap()(bc, Some(disconnected)) };
+    WAITING.with(|w| w.borrow_mut().insert(bc as usize));
     stats::BLOCKED_NOW.fetch_add(1, Ordering::Relaxed);
     stats::BLOCKED_TOTAL.add(1);
     let context = Context::new(ctx);
@@ -68,11 +92,20 @@ struct Waiter {
 fn unblock(_ctx: &Context, w: Waiter) {
     guard((), || {
         let privdata = Box::into_raw(Box::new(w.due));
+        release(w.bc);
         // SAFETY: bc came from RedisModule_BlockClient and is unblocked exactly
         // once, here; Redis passes privdata to reply_due and then free_due,
         // even if the client disconnected meanwhile.
         unsafe { raw::RedisModule_UnblockClient.unwrap()(w.bc, privdata.cast()) };
-        stats::BLOCKED_NOW.fetch_sub(1, Ordering::Relaxed);
+    })
+}
+
+/// Redis released the client before its reservation was due (it
+/// disconnected, or was unblocked by a role change). The timer still calls
+/// `unblock` later, as Redis requires.
+extern "C" fn disconnected(_ctx: *mut raw::RedisModuleCtx, bc: *mut raw::RedisModuleBlockedClient) {
+    guard((), || {
+        release(bc);
     })
 }
 
