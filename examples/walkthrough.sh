@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The redis-cli walk-through of docs/clients.md, against a running Redis with
+# The redis-cli walk-through of README ("Clients and examples"), against a running Redis with
 # the module (`make run` in another terminal, or REDIS_PORT=...). The waits in
 # the replies depend on how fast the commands follow each other.
 set -euo pipefail
