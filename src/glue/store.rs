@@ -161,30 +161,44 @@ pub fn commit(ctx: *mut raw::RedisModuleCtx, key: &BucketKey, b: &Bucket) {
     unsafe { raw::RedisModule_SignalModifiedKey.unwrap()(ctx, key.name()) };
 }
 
-/// Replicates `TB.SETSTATE key tokens updated_us rate_num rate_den capacity expire_at_ms`.
+/// Replicates `TB.SETSTATE key tokens updated_us rate_num rate_den capacity
+/// expire_at_ms`. The numbers are formatted here and passed as buffers (`b`):
+/// Redis builds one string object per buffer, against two allocations and its
+/// own formatting per `l` argument.
 fn replicate_state(
     ctx: *mut raw::RedisModuleCtx,
     name: *mut raw::RedisModuleString,
     b: &Bucket,
     at_ms: i64,
 ) {
-    let mut buf = itoa::Buffer::new();
-    let tokens = buf.format(b.tokens);
+    let mut bufs = [(); 6].map(|()| itoa::Buffer::new());
+    let [t, u, n, d, c, e] = &mut bufs;
+    let tokens = t.format(b.tokens).as_bytes();
+    let updated = u.format(b.updated_us).as_bytes();
+    let num = n.format(b.rate.num()).as_bytes();
+    let den = d.format(b.rate.den()).as_bytes();
+    let cap = c.format(b.capacity).as_bytes();
+    let at = e.format(at_ms).as_bytes();
     // SAFETY: ctx and name are live; the format string matches the arguments:
-    // s = RedisModuleString*, b = (char*, size_t), l = long long.
+    // s = RedisModuleString*, each b = (char*, size_t) into a live buffer.
     unsafe {
         raw::RedisModule_Replicate.unwrap()(
             ctx,
             SETSTATE.as_ptr(),
-            c"sblllll".as_ptr(),
+            c"sbbbbbb".as_ptr(),
             name,
             tokens.as_ptr(),
             tokens.len(),
-            b.updated_us as c_longlong,
-            b.rate.num() as c_longlong,
-            b.rate.den() as c_longlong,
-            b.capacity as c_longlong,
-            at_ms as c_longlong,
+            updated.as_ptr(),
+            updated.len(),
+            num.as_ptr(),
+            num.len(),
+            den.as_ptr(),
+            den.len(),
+            cap.as_ptr(),
+            cap.len(),
+            at.as_ptr(),
+            at.len(),
         )
     };
 }
