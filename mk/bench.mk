@@ -1,0 +1,61 @@
+# Benchmarks (bench/): TB.CONSUME and friends against plain INCR and the Lua
+# token bucket of the seed documents, on servers the driver starts itself on
+# free loopback ports.
+#
+#   make bench         the whole suite (about 7 minutes): writes BENCHMARKS.md,
+#                      bench/benchmarks.png, bench/results.json and
+#                      docs/bench-summary.md
+#   make bench-smoke   a tiny run with sanity checks (about 10 s; part of
+#                      `make test` through EXTRA_TESTS)
+
+BENCH_VENV := $(CURDIR)/bench/.venv
+BENCH_PY := $(BENCH_VENV)/bin/python
+BENCH_PIP := matplotlib==3.11.2
+# Defaults when this fragment is used without the top Makefile's variables.
+MODULE ?= $(CURDIR)/target/release/libtb.so
+REDIS_SERVER_SYS ?= $(shell command -v redis-server 2>/dev/null || echo /usr/bin/redis-server)
+
+.PHONY: bench bench-smoke bench-deps bench-venv
+
+EXTRA_TESTS += bench-smoke
+
+# valgrind (instruction counts) and perf (profile), from apt when root and
+# missing, otherwise the command to run is printed.
+bench-deps:
+	@missing=""; \
+	command -v valgrind >/dev/null 2>&1 || missing="$$missing valgrind"; \
+	command -v perf >/dev/null 2>&1 || missing="$$missing linux-perf"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" -ne 0 ]; then \
+	    echo "error: missing packages:$$missing. Install them with:" >&2; \
+	    echo "  sudo apt-get install -y$$missing" >&2; \
+	    exit 1; \
+	  fi; \
+	  echo "==> installing:$$missing"; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
+	fi
+
+# bench/.venv with matplotlib for the plot (python3-venv from apt if needed).
+bench-venv:
+	@if [ ! -x $(BENCH_PY) ]; then \
+	  echo "==> creating $(BENCH_VENV)"; \
+	  if ! python3 -m venv $(BENCH_VENV) >/dev/null 2>&1; then \
+	    rm -rf $(BENCH_VENV); \
+	    if [ "$$(id -u)" -ne 0 ]; then \
+	      echo "error: python3 -m venv failed; install python3-venv with:" >&2; \
+	      echo "  sudo apt-get install -y python3-venv" >&2; \
+	      exit 1; \
+	    fi; \
+	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv; \
+	    python3 -m venv $(BENCH_VENV); \
+	  fi; \
+	fi
+	@$(BENCH_PY) -m pip install --quiet --disable-pip-version-check $(BENCH_PIP)
+
+bench: build redis8 bench-deps bench-venv
+	$(BENCH_PY) bench/bench.py --module $(MODULE) --server $(REDIS_SERVER_SYS) \
+	  --server8 "$(REDIS8_SERVER)"
+	$(BENCH_PY) bench/report.py
+
+bench-smoke: build
+	python3 bench/bench.py --smoke --module $(MODULE) --server $(REDIS_SERVER_SYS)
