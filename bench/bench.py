@@ -616,37 +616,53 @@ def replication(binary, module, sha_src, calls):
         def lua(k, cap, rate):
             return ["EVALSHA", sha, "1", k, cap, rate, "-", "1"]
 
+        def throttle(k, burst, count, period):
+            return ["CL.THROTTLE", k, burst, count, period]
+
+        # (id, label, the measured call on key i, the call that prepares key i
+        # first, whether to wait for the keys to expire before reading).
         kinds = [
-            ("incr", "INCR", lambda i: ["INCR", "i:%012d" % i], None),
-            ("tb", "TB.CONSUME allowed", lambda i: tb("t:%012d" % i, ACTIVE), None),
-            ("tb_denied", "TB.CONSUME denied", lambda i: tb("d:%012d" % (i % 10), DENIED),
-             lambda i: tb("d:%012d" % i, DENIED)),
-            ("lua", "Lua script allowed",
-             lambda i: lua("l:%012d" % i, ACTIVE[1], ACTIVE[0]), None),
-            ("lua_denied", "Lua script denied",
-             lambda i: lua("e:%012d" % (i % 10), DENIED[1], LUA_DENIED_RATE),
-             lambda i: lua("e:%012d" % i, DENIED[1], LUA_DENIED_RATE)),
-            ("tb_idle", "TB.CONSUME allowed, idle bucket (100/s, capacity 100)",
-             lambda i: tb("x:%012d" % i, IDLE), None),
-            ("lua_idle", "Lua script allowed, idle bucket (100/s, capacity 100)",
-             lambda i: lua("y:%012d" % i, IDLE[1], IDLE[0]), None),
+            ("incr", "INCR", lambda k: ["INCR", k], None, False),
+            ("tb", "TB.CONSUME allowed", lambda k: tb(k, ACTIVE),
+             lambda k: tb(k, ACTIVE, ACTIVE_PREWARM), False),
+            ("tb_denied", "TB.CONSUME denied", lambda k: tb(k, DENIED),
+             lambda k: tb(k, DENIED), False),
+            ("lua", "Lua script allowed", lambda k: lua(k, ACTIVE[1], ACTIVE[0]),
+             lambda k: lua(k, ACTIVE[1], ACTIVE[0]), False),
+            ("lua_denied", "Lua script denied", lambda k: lua(k, DENIED[1], LUA_DENIED_RATE),
+             lambda k: lua(k, DENIED[1], LUA_DENIED_RATE), False),
             ("throttle", "CL.THROTTLE allowed",
-             lambda i: ["CL.THROTTLE", "c:%012d" % i, "999999999", ACTIVE[0], "1"], None),
-            ("throttle_denied", "CL.THROTTLE denied",
-             lambda i: ["CL.THROTTLE", "f:%012d" % (i % 10), "0", "1", "3600"],
-             lambda i: ["CL.THROTTLE", "f:%012d" % i, "0", "1", "3600"]),
+             lambda k: throttle(k, "999999999", ACTIVE[0], "1"),
+             lambda k: tb(k, ACTIVE, ACTIVE_PREWARM), False),
+            ("throttle_denied", "CL.THROTTLE denied", lambda k: throttle(k, "0", "1", "3600"),
+             lambda k: throttle(k, "0", "1", "3600"), False),
             ("tb_multi", "TB.MCONSUME allowed, 2 buckets",
-             lambda i: ["TB.MCONSUME", "2", "ma:%012d" % i, "mb:%012d" % i,
-                        *ACTIVE, "1", *ACTIVE, "1"], None),
+             lambda k: ["TB.MCONSUME", "2", "a" + k, "b" + k, *ACTIVE, "1", *ACTIVE, "1"],
+             lambda k: [tb("a" + k, ACTIVE, ACTIVE_PREWARM), tb("b" + k, ACTIVE, ACTIVE_PREWARM)],
+             False),
+            ("tb_idle", "TB.CONSUME allowed, idle bucket, with its key's expiry",
+             lambda k: tb(k, IDLE), None, True),
+            ("lua_idle", "Lua script allowed, idle bucket, with its key's expiry",
+             lambda k: lua(k, IDLE[1], IDLE[0]), None, True),
         ]
         out = {"server": version_of(binary), "calls": calls, "key_length": 14, "kinds": {}}
-        # One write first, so that the SELECT preceding the first write is not counted.
-        master.conn.call("SET", "warmup", "1")
-        for kid, label, make, setup in kinds:
+        for kid, label, make, setup, drain in kinds:
+            master.conn.call("FLUSHALL")  # no key of an earlier case expires from here on
+            names = ["k:%012d" % i for i in range(calls)]
             if setup:
-                master.conn.pipeline([setup(i) for i in range(10)])
+                prep = []
+                for k in names:
+                    made = setup(k)
+                    prep.extend(made if isinstance(made[0], list) else [made])
+                master.conn.pipeline(prep)
             before = int(master.conn.info("replication")["master_repl_offset"])
-            replies = master.conn.pipeline([make(i) for i in range(calls)])
+            replies = master.conn.pipeline([make(k) for k in names])
+            if drain:
+                deadline = time.time() + 20
+                while master.conn.call("DBSIZE") > 0:
+                    if time.time() > deadline:
+                        raise SystemExit("replication case %s: keys did not expire" % kid)
+                    time.sleep(0.05)
             after = int(master.conn.info("replication")["master_repl_offset"])
             errors = [r for r in replies if isinstance(r, ReplyError)]
             if errors:
@@ -702,7 +718,7 @@ def stream_samples(path):
                 samples.setdefault("MULTI " + inner, "\n".join(block))
                 block = []
             continue
-        if name not in ("SELECT", "PING", "SET"):
+        if name not in ("SELECT", "PING", "FLUSHALL"):
             samples.setdefault(name, line)
     return samples
 
@@ -729,6 +745,8 @@ def main():
     ap.add_argument("--smoke", action="store_true",
                     help="tiny sizes and sanity checks only (for `make bench-smoke`)")
     a = ap.parse_args()
+    # redis-server changes to its --dir before loading modules.
+    a.module = os.path.abspath(a.module)
     if a.smoke:
         a.rounds, a.seconds, a.keyspace = 1, 0.05, 1000
         a.memory_buckets, a.scaling, a.replication_calls = 10000, "1000", 200
