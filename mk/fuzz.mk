@@ -1,0 +1,65 @@
+# Fuzzing and soak runs (docs/security.md has what each proves).
+#
+#   make fuzz        libFuzzer on every parser and the bucket arithmetic,
+#                    FUZZ_SECONDS (20) per target, two at a time; part of
+#                    `make test`
+#   make fuzz-long   the same for FUZZ_LONG_SECONDS (60) per target, then the
+#                    protocol fuzzer and the RESTORE fuzzer with large counts
+#                    on Redis 7 and 8 (the figures in docs/security.md)
+#   make soak        the soak test for SOAK_SECONDS (300) of load on Redis 7
+#                    and 8 (its CI form, 20 s, runs with the other tests)
+#
+# cargo-fuzz needs nightly flags; only stable Rust is installed, so fuzz/run.sh
+# sets RUSTC_BOOTSTRAP=1, under which stable rustc accepts them (AddressSanitizer
+# included). cargo-fuzz itself is installed from crates.io when missing.
+
+FUZZ_SECONDS ?= 20
+FUZZ_LONG_SECONDS ?= 60
+SOAK_SECONDS ?= 300
+CARGO_FUZZ_VERSION := 0.13.2
+# Defaults when this fragment is used without the top Makefile's variables.
+MODULE ?= $(CURDIR)/target/release/libtb.so
+CARGO ?= cargo
+REDIS_SERVER_SYS ?= $(shell command -v redis-server 2>/dev/null || echo /usr/bin/redis-server)
+
+.PHONY: fuzz-deps fuzz fuzz-long soak
+
+EXTRA_TESTS += fuzz
+
+# cargo-fuzz (cached once installed) and a C++ compiler for libFuzzer.
+fuzz-deps:
+	@command -v $(CARGO) >/dev/null 2>&1 || { echo "error: cargo not found" >&2; exit 1; }
+	@if ! command -v c++ >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" -eq 0 ]; then \
+	    echo "==> installing g++ (libFuzzer is C++)"; \
+	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y g++; \
+	  else \
+	    echo "error: no C++ compiler; install one with:" >&2; \
+	    echo "  sudo apt-get install -y g++" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
+	@if ! $(CARGO) fuzz --version >/dev/null 2>&1; then \
+	  echo "==> installing cargo-fuzz $(CARGO_FUZZ_VERSION)"; \
+	  $(CARGO) install cargo-fuzz --locked --version $(CARGO_FUZZ_VERSION); \
+	fi
+
+fuzz: fuzz-deps
+	fuzz/run.sh $(FUZZ_SECONDS)
+
+fuzz-long: fuzz-deps build redis8
+	fuzz/run.sh $(FUZZ_LONG_SECONDS)
+	@for server in $(REDIS_SERVER_SYS) $(REDIS8_SERVER); do \
+	  echo; echo "== protocol and RESTORE fuzzers, large counts, on $$($$server --version | cut -d' ' -f1-3)"; \
+	  REDIS_SERVER=$$server TB_MODULE=$(MODULE) TB_HOSTILE_BATCHES=60 TB_HOSTILE_COMMANDS=2500 \
+	    $(CARGO) test --release --test hostile -- --nocapture || exit 1; \
+	  REDIS_SERVER=$$server TB_MODULE=$(MODULE) TB_RESTORE_INPUTS=200000 \
+	    $(CARGO) test --release --test restore_fuzz -- --nocapture || exit 1; \
+	done
+
+soak: build redis8
+	@for server in $(REDIS_SERVER_SYS) $(REDIS8_SERVER); do \
+	  echo; echo "== soak, $(SOAK_SECONDS) s of load, on $$($$server --version | cut -d' ' -f1-3)"; \
+	  REDIS_SERVER=$$server TB_MODULE=$(MODULE) TB_SOAK_SECONDS=$(SOAK_SECONDS) \
+	    $(CARGO) test --release --test soak -- --nocapture || exit 1; \
+	done
