@@ -309,8 +309,8 @@ def main():
              "these cores), so each throughput and latency figure is also given as a ratio to "
              "plain `INCR` measured in the same round, and the ratios are what count. Each "
              "case ran %d times, interleaved with the others (order rotated every round), for "
-             "about %.1f s each; tables show medians and the range of the ratio over the "
-             "rounds. Load from other jobs also compresses throughput ratios towards 1 "
+             "about %.1f s each with pipelining and twice that without; tables show medians "
+             "and the range of the ratio over the rounds. Load from other jobs also compresses throughput ratios towards 1 "
              "(client and server then queue for the same cores), which is why the server CPU "
              "per request, read from `INFO` around each run, is shown next to them.\n" % (
                  p["rounds"], p["seconds"]))
