@@ -73,7 +73,9 @@ class Server:
                 return
             self.proc.kill()
             self.proc.wait()
-        raise SystemExit("%s did not start: %s\n%s" % (name, " ".join(args), self.log_tail()))
+        tail = self.log_tail()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        raise SystemExit("%s did not start: %s\n%s" % (name, " ".join(args), tail))
 
     def _wait_ready(self, deadline):
         while time.time() < deadline:
