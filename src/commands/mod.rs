@@ -275,15 +275,26 @@ const COMMANDS: &[Spec] = &[
         doc: Doc {
             summary:
                 c"Internal: sets a bucket's absolute state (what replicas and the AOF receive)",
-            arity: 8,
+            arity: -3,
             args: &[
                 key(c"key"),
-                integer(c"tokens_nanos"),
-                integer(c"updated_us"),
-                integer(c"rate_num"),
-                integer(c"rate_den"),
-                integer(c"capacity"),
-                integer(c"expire_at_ms"),
+                one_of(
+                    c"state",
+                    &[
+                        string(c"compact_state"),
+                        block(
+                            c"decimal_state",
+                            &[
+                                integer(c"tokens_nanos"),
+                                integer(c"updated_us"),
+                                integer(c"rate_num"),
+                                integer(c"rate_den"),
+                                integer(c"capacity"),
+                                integer(c"expire_at_ms"),
+                            ],
+                        ),
+                    ],
+                ),
             ],
         },
     },

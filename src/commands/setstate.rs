@@ -1,11 +1,15 @@
-//! `TB.SETSTATE key tokens updated_us rate_num rate_den capacity expire_at_ms`:
-//! internal. Sets a bucket's absolute state; this is what replicas and the AOF
-//! receive instead of `TB.CONSUME`, so they never re-run a clock-dependent
-//! command. Deterministic: it reads no clock. `expire_at_ms` 0 means no expiry.
+//! `TB.SETSTATE key state` or `TB.SETSTATE key tokens updated_us rate_num
+//! rate_den capacity expire_at_ms`: internal. Sets a bucket's absolute state;
+//! this is what replicas and the AOF receive instead of `TB.CONSUME`, so they
+//! never re-run a clock-dependent command. Deterministic: it reads no clock.
+//!
+//! Replication and AOF rewrite send the compact binary `state`
+//! ([`crate::bucket::wire`], recognised by its first byte); the decimal form,
+//! with `expire_at_ms` 0 for no expiry, is accepted too, for people and tools.
 
 use redis_module::raw;
 
-use crate::bucket::{Bucket, Rate};
+use crate::bucket::{wire, Bucket, Rate};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
 use crate::glue::store::BucketKey;
 use crate::parse;
@@ -14,9 +18,28 @@ const ERR_STATE: &str = "ERR invalid bucket state for TB.SETSTATE";
 
 /// Handler of `TB.SETSTATE`.
 pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
-    if args.len() != 8 {
-        return Err(CmdError::WrongArity);
+    let (b, at_ms) = match args.len() {
+        3 if args.bytes(2).first() == Some(&wire::TAG) => {
+            wire::decode(args.bytes(2)).ok_or(ERR_STATE)?
+        }
+        8 => decimal_state(args)?,
+        _ => return Err(CmdError::WrongArity),
+    };
+    let key = BucketKey::open(ctx.raw, args.raw(1), true);
+    key.get()?;
+    key.put(&b);
+    key.set_expire_at(at_ms);
+    // SAFETY: ctx and the key name are live for this command.
+    unsafe {
+        raw::RedisModule_SignalModifiedKey.unwrap()(ctx.raw, args.raw(1));
+        raw::RedisModule_ReplicateVerbatim.unwrap()(ctx.raw);
     }
+    ctx.reply().ok();
+    Ok(())
+}
+
+/// The bucket and absolute expiry of the decimal form.
+fn decimal_state(args: &Args) -> Result<(Bucket, i64), CmdError> {
     let num = |i: usize| parse::signed(args.bytes(i), ERR_STATE);
     let (tokens, updated, rnum, rden, cap, at) =
         (num(2)?, num(3)?, num(4)?, num(5)?, num(6)?, num(7)?);
@@ -33,15 +56,5 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     if !b.is_valid() || at_ms < 0 {
         return Err(ERR_STATE.into());
     }
-    let key = BucketKey::open(ctx.raw, args.raw(1), true);
-    key.get()?;
-    key.put(&b);
-    key.set_expire_at(at_ms);
-    // SAFETY: ctx and the key name are live for this command.
-    unsafe {
-        raw::RedisModule_SignalModifiedKey.unwrap()(ctx.raw, args.raw(1));
-        raw::RedisModule_ReplicateVerbatim.unwrap()(ctx.raw);
-    }
-    ctx.reply().ok();
-    Ok(())
+    Ok((b, at_ms))
 }

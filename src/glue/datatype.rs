@@ -8,7 +8,7 @@ use redis_module::raw;
 
 use super::entry::guard;
 use super::store::SETSTATE;
-use crate::bucket::{Bucket, Rate};
+use crate::bucket::{wire, Bucket, Rate};
 
 /// RDB encoding version of a bucket. Bump it when the layout changes and keep
 /// loading the older versions.
@@ -94,8 +94,8 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     })
 }
 
-/// Emits `TB.SETSTATE key tokens updated_us num den capacity 0`; Redis itself
-/// appends `PEXPIREAT` for keys with an expiry.
+/// Emits `TB.SETSTATE key state` with the compact state and no expiry
+/// ([`wire`]); Redis itself appends `PEXPIREAT` for keys with an expiry.
 extern "C" fn aof_rewrite(
     aof: *mut raw::RedisModuleIO,
     key: *mut raw::RedisModuleString,
@@ -104,23 +104,18 @@ extern "C" fn aof_rewrite(
     guard((), || {
         // SAFETY: Redis passes a value created by this type.
         let b = unsafe { &*value.cast::<Bucket>() };
-        let mut buf = itoa::Buffer::new();
-        let tokens = buf.format(b.tokens);
+        let mut buf = [0u8; wire::MAX_LEN];
+        let len = wire::encode(b, 0, &mut buf);
         // SAFETY: the format string matches the arguments: s = RedisModuleString*,
-        // b = (char*, size_t), l = long long.
+        // b = (char*, size_t).
         unsafe {
             raw::RedisModule_EmitAOF.unwrap()(
                 aof,
                 SETSTATE.as_ptr(),
-                c"sblllll".as_ptr(),
+                c"sb".as_ptr(),
                 key,
-                tokens.as_ptr(),
-                tokens.len(),
-                b.updated_us as std::os::raw::c_longlong,
-                b.rate.num() as std::os::raw::c_longlong,
-                b.rate.den() as std::os::raw::c_longlong,
-                b.capacity as std::os::raw::c_longlong,
-                0 as std::os::raw::c_longlong,
+                buf.as_ptr(),
+                len,
             )
         };
     })

@@ -8,7 +8,7 @@ use redis_module::raw;
 use super::config;
 use super::datatype::tb_type;
 use super::entry::CmdError;
-use crate::bucket::{Bucket, Expiry};
+use crate::bucket::{wire, Bucket, Expiry};
 
 /// Name of the internal command that sets a bucket's absolute state; it is
 /// what replicas and the AOF receive instead of the client's command.
@@ -161,44 +161,27 @@ pub fn commit(ctx: *mut raw::RedisModuleCtx, key: &BucketKey, b: &Bucket) {
     unsafe { raw::RedisModule_SignalModifiedKey.unwrap()(ctx, key.name()) };
 }
 
-/// Replicates `TB.SETSTATE key tokens updated_us rate_num rate_den capacity
-/// expire_at_ms`. The numbers are formatted here and passed as buffers (`b`):
-/// Redis builds one string object per buffer, against two allocations and its
-/// own formatting per `l` argument.
+/// Replicates `TB.SETSTATE key state`, with the state in its compact binary
+/// form ([`wire`]): about a third of the bytes of the decimal form, and one
+/// string object for Redis to build instead of six.
 fn replicate_state(
     ctx: *mut raw::RedisModuleCtx,
     name: *mut raw::RedisModuleString,
     b: &Bucket,
     at_ms: i64,
 ) {
-    let mut bufs = [(); 6].map(|()| itoa::Buffer::new());
-    let [t, u, n, d, c, e] = &mut bufs;
-    let tokens = t.format(b.tokens).as_bytes();
-    let updated = u.format(b.updated_us).as_bytes();
-    let num = n.format(b.rate.num()).as_bytes();
-    let den = d.format(b.rate.den()).as_bytes();
-    let cap = c.format(b.capacity).as_bytes();
-    let at = e.format(at_ms).as_bytes();
+    let mut buf = [0u8; wire::MAX_LEN];
+    let len = wire::encode(b, at_ms, &mut buf);
     // SAFETY: ctx and name are live; the format string matches the arguments:
-    // s = RedisModuleString*, each b = (char*, size_t) into a live buffer.
+    // s = RedisModuleString*, b = (char*, size_t).
     unsafe {
         raw::RedisModule_Replicate.unwrap()(
             ctx,
             SETSTATE.as_ptr(),
-            c"sbbbbbb".as_ptr(),
+            c"sb".as_ptr(),
             name,
-            tokens.as_ptr(),
-            tokens.len(),
-            updated.as_ptr(),
-            updated.len(),
-            num.as_ptr(),
-            num.len(),
-            den.as_ptr(),
-            den.len(),
-            cap.as_ptr(),
-            cap.len(),
-            at.as_ptr(),
-            at.len(),
+            buf.as_ptr(),
+            len,
         )
     };
 }
