@@ -2,7 +2,7 @@
 //! buckets through any TB.* command (alone, in MULTI, in scripts), read-only
 //! key permissions allow no writes, the internal TB.SETSTATE can
 //! be denied to every user without breaking replication or AOF loading, and
-//! the least-privilege line documented in docs/security.md works as stated.
+//! the least-privilege line documented in README ("Security and limits") works as stated.
 
 mod common;
 
@@ -12,7 +12,7 @@ use common::{replica_of, server_version, Server, ServerConfig};
 use redis::{Connection, Value};
 
 /// The least-privilege ACL rule for an application that only rate-limits
-/// (docs/security.md): the limiter commands on `rl:*` keys, nothing else.
+/// (README ("Security and limits")): the limiter commands on `rl:*` keys, nothing else.
 const LEAST_PRIVILEGE: &str = "on >s3cret resetkeys ~rl:* resetchannels -@all \
      +tb.consume +tb.mconsume +tb.refund +tb.info +cl.throttle";
 
@@ -153,7 +153,7 @@ fn tenants_cannot_touch_each_others_buckets() {
 
     // carol may only read tenant b's keys: every change is refused. (So is
     // TB.INFO, for now: the module registers every key as read-write, see
-    // docs/security.md.)
+    // README ("Security and limits").)
     let mut carol = login(&s, "carol", "pc");
     for a in attacks("tenant:b:x") {
         if a[0] != "TB.INFO" {
