@@ -15,6 +15,7 @@
 
 mod common;
 
+use common::rng::Rng;
 use std::io::Write;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -24,37 +25,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::Server;
 use redis::{Connection, Value};
-
-/// xorshift64*: a small, seedable generator, so failures replay exactly.
-#[derive(Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn chance(&mut self, one_in: u64) -> bool {
-        self.below(one_in) == 0
-    }
-
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u64) as usize]
-    }
-
-    fn bytes(&mut self, max: u64) -> Vec<u8> {
-        (0..self.below(max + 1))
-            .map(|_| self.next() as u8)
-            .collect()
-    }
-}
 
 fn seed() -> u64 {
     match std::env::var("TB_FUZZ_SEED") {

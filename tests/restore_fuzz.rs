@@ -12,36 +12,11 @@
 
 mod common;
 
+use common::rng::Rng;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use common::Server;
 use redis::{Connection, Value};
-
-/// xorshift64*: a small, seedable generator, so failures replay exactly.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    /// A u64 of random magnitude (log-uniform bit length).
-    fn any(&mut self) -> u64 {
-        let bits = self.below(65);
-        if bits == 0 {
-            0
-        } else {
-            self.next() >> (64 - bits)
-        }
-    }
-}
 
 fn seed() -> u64 {
     match std::env::var("TB_FUZZ_SEED") {

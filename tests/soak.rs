@@ -18,6 +18,7 @@
 
 mod common;
 
+use common::rng::Rng;
 use std::io::Write;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -49,22 +50,6 @@ const CLOCK_SLACK_US: i64 = 1000;
 
 fn soak_seconds() -> u64 {
     std::env::var("TB_SOAK_SECONDS").map_or(20, |v| v.parse().expect("TB_SOAK_SECONDS"))
-}
-
-/// xorshift64*, seeded per thread.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 fn info_field(c: &mut Connection, section: &str, field: &str) -> String {

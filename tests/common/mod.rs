@@ -13,6 +13,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod rng;
 
 use std::collections::HashSet;
 use std::fs::{self, File};
