@@ -490,8 +490,9 @@ fn bad_input_is_rejected_and_changes_nothing() {
         (vec![b"TB.CONSUME", b"str", b"1", b"5"], "WRONGTYPE"),
         (vec![b"TB.INFO", b"str"], "WRONGTYPE"),
         (vec![b"TB.INFO"], "wrong number of arguments"),
+        (vec![b"TB.SETSTATE", b"b", b"1"], "invalid bucket state"),
         (
-            vec![b"TB.SETSTATE", b"b", b"1"],
+            vec![b"TB.SETSTATE", b"b", b"1", b"2"],
             "wrong number of arguments",
         ),
         (

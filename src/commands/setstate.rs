@@ -19,9 +19,7 @@ const ERR_STATE: &str = "ERR invalid bucket state for TB.SETSTATE";
 /// Handler of `TB.SETSTATE`.
 pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let (b, at_ms) = match args.len() {
-        3 if args.bytes(2).first() == Some(&wire::TAG) => {
-            wire::decode(args.bytes(2)).ok_or(ERR_STATE)?
-        }
+        3 => wire::decode(args.bytes(2)).ok_or(ERR_STATE)?,
         8 => decimal_state(args)?,
         _ => return Err(CmdError::WrongArity),
     };
