@@ -20,16 +20,16 @@ sys.path.insert(0, str(HERE.parents[1] / "clients" / "python" / "tests"))
 
 
 def main() -> None:
+    from tbserver import example_redis
+
+    with example_redis() as redis_url:
+        run(redis_url)
+
+
+def run(redis_url: str) -> None:
     from fake_llm import FakeLLM
     from scenario import worker
-    from tbserver import Server
 
-    server = None
-    redis_url = os.environ.get("REDIS_URL")
-    if not redis_url:
-        server = Server(with_module=True)
-        redis_url = server.url
-    os.environ["TB_REDIS_URL"] = redis_url
     api = FakeLLM(rate=0.5, latency=2.5).start()
     os.environ["LLM_API_URL"] = api.url
     import app  # after the environment is set
@@ -51,8 +51,6 @@ def main() -> None:
             print(f"accepted {stats['accepted']}, rejected (429) {stats['rejected']}")
     finally:
         api.stop()
-        if server:
-            server.stop()
 
 
 if __name__ == "__main__":

@@ -20,21 +20,12 @@ sys.path.insert(0, str(HERE.parents[1] / "clients" / "python" / "tests"))
 def main() -> None:
     import uvicorn
 
-    from tbserver import Server
+    from tbserver import example_redis
 
-    server = None
-    redis_url = os.environ.get("REDIS_URL")
-    if not redis_url:
-        server = Server(with_module=True)
-        redis_url = server.url
-    os.environ["TB_REDIS_URL"] = redis_url
-    port = int(os.environ.get("PORT", "8000"))
-    print(f"redis {redis_url}; try: curl -i -H 'X-API-Key: key-alice-1' http://127.0.0.1:{port}/v1/models")
-    try:
+    with example_redis() as redis_url:
+        port = int(os.environ.get("PORT", "8000"))
+        print(f"redis {redis_url}; try: curl -i -H 'X-API-Key: key-alice-1' http://127.0.0.1:{port}/v1/models")
         uvicorn.run("gateway:app", host="127.0.0.1", port=port, app_dir=str(HERE))
-    finally:
-        if server:
-            server.stop()
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ import socket
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import redis
 
@@ -104,3 +106,21 @@ class Server:
                 os.kill(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextmanager
+def example_redis() -> Iterator[str]:
+    """The Redis URL an example runs against, also exported as TB_REDIS_URL:
+    REDIS_URL when set, else a fresh redis-server with the module on a free
+    port, stopped when the block ends."""
+    server = None
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        server = Server(with_module=True)
+        url = server.url
+    os.environ["TB_REDIS_URL"] = url
+    try:
+        yield url
+    finally:
+        if server:
+            server.stop()
