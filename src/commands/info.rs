@@ -31,7 +31,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     r.bulk(b"updated_at_ms");
     r.int(stored.updated_us.div_euclid(1000));
     r.bulk(b"reset_after_ms");
-    r.int(current.reset_after_ms(now));
+    r.int(current.reset_after_ms());
     r.bulk(b"ttl_ms");
     r.int(key.ttl_ms());
     Ok(())
