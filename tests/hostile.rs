@@ -15,7 +15,7 @@
 
 mod common;
 
-use common::rng::Rng;
+use common::rng::{seed, Rng};
 use std::io::Write;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -25,19 +25,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::Server;
 use redis::{Connection, Value};
-
-fn seed() -> u64 {
-    match std::env::var("TB_FUZZ_SEED") {
-        Ok(s) => s.parse().expect("TB_FUZZ_SEED is a u64"),
-        Err(_) => {
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        }
-    }
-}
 
 fn env_count(name: &str, default: usize) -> usize {
     std::env::var(name).map_or(default, |v| v.parse().expect("a count"))

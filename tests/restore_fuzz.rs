@@ -12,24 +12,10 @@
 
 mod common;
 
-use common::rng::Rng;
-use std::time::{SystemTime, UNIX_EPOCH};
+use common::rng::{seed, Rng};
 
 use common::Server;
 use redis::{Connection, Value};
-
-fn seed() -> u64 {
-    match std::env::var("TB_FUZZ_SEED") {
-        Ok(s) => s.parse().expect("TB_FUZZ_SEED is a u64"),
-        Err(_) => {
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        }
-    }
-}
 
 /// CRC-64/Jones (reflected, polynomial 0xad93d23594c935a9), as Redis
 /// computes the DUMP checksum.

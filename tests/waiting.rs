@@ -496,9 +496,8 @@ fn mconsume_is_all_or_nothing() {
         .unwrap();
     assert_eq!(keys, ["a", "b"]);
     // With RESERVE both go into debt and the wait is the slowest bucket's.
-    let r = ints(
-        &mut c,
-        &[
+    let reserve_both = |c: &mut Connection| {
+        let args = [
             "TB.MCONSUME",
             "2",
             "x",
@@ -511,26 +510,12 @@ fn mconsume_is_all_or_nothing() {
             "1",
             "RESERVE",
             "5000",
-        ],
-    );
+        ];
+        ints(c, &args)
+    };
+    let r = reserve_both(&mut c);
     assert_eq!(r[..2], [1, 0]);
-    let r = ints(
-        &mut c,
-        &[
-            "TB.MCONSUME",
-            "2",
-            "x",
-            "y",
-            "10",
-            "1",
-            "1",
-            "1",
-            "1",
-            "1",
-            "RESERVE",
-            "5000",
-        ],
-    );
+    let r = reserve_both(&mut c);
     assert_eq!(r[0], 1);
     assert!(
         r[1] > 900 && r[1] <= 1000,

@@ -1,6 +1,23 @@
 //! A small seedable random generator shared by the randomized tests, so a
 //! failure replays exactly from its printed seed.
 
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The seed for a randomized test: `TB_FUZZ_SEED` to replay a run, else the
+/// clock (odd, never 0). Tests print it.
+pub fn seed() -> u64 {
+    match std::env::var("TB_FUZZ_SEED") {
+        Ok(s) => s.parse().expect("TB_FUZZ_SEED is a u64"),
+        Err(_) => {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        }
+    }
+}
+
 /// xorshift64*.
 #[derive(Clone)]
 pub struct Rng(pub u64);
