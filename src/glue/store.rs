@@ -1,6 +1,7 @@
 //! Key access and the write path: store a bucket, set its expiry, replicate
 //! the resulting state.
 
+use std::cell::Cell;
 use std::os::raw::c_longlong;
 
 use redis_module::raw;
@@ -18,6 +19,9 @@ pub const SETSTATE: &std::ffi::CStr = c"TB.SETSTATE";
 pub struct BucketKey {
     key: *mut raw::RedisModuleKey,
     name: *mut raw::RedisModuleString,
+    /// The stored bucket found by [`BucketKey::get`] (null if none), so that
+    /// [`BucketKey::put`] writes it in place without asking Redis again.
+    value: Cell<*mut Bucket>,
 }
 
 impl BucketKey {
@@ -34,7 +38,11 @@ impl BucketKey {
         };
         // SAFETY: ctx and name are live for this command; the key is closed in Drop.
         let key = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx, name, mode.bits()) }.cast();
-        BucketKey { key, name }
+        BucketKey {
+            key,
+            name,
+            value: Cell::new(std::ptr::null_mut()),
+        }
     }
 
     /// The key's name.
@@ -45,8 +53,10 @@ impl BucketKey {
     /// The bucket stored under this key: `None` for a missing key, WRONGTYPE
     /// for a key of another type.
     pub fn get(&self) -> Result<Option<Bucket>, CmdError> {
+        let found = self.value_ptr()?;
+        self.value.set(found.unwrap_or(std::ptr::null_mut()));
         // SAFETY: a non-null value pointer of our type points to a live Bucket.
-        Ok(self.value_ptr()?.map(|p| unsafe { *p }))
+        Ok(found.map(|p| unsafe { *p }))
     }
 
     fn value_ptr(&self) -> Result<Option<*mut Bucket>, CmdError> {
@@ -67,11 +77,13 @@ impl BucketKey {
         }
     }
 
-    /// Stores `b`, in place when the key already holds a bucket. The caller
-    /// has checked the key's type with [`BucketKey::get`].
+    /// Stores `b`, in place when [`BucketKey::get`] found a bucket. The
+    /// caller has checked the key's type with `get` first.
     pub fn put(&self, b: &Bucket) {
-        if let Ok(Some(existing)) = self.value_ptr() {
-            // SAFETY: the pointer is our live value, and no reference to it is held.
+        let existing = self.value.get();
+        if !existing.is_null() {
+            // SAFETY: `get` found this live value under the still-open key, and
+            // no reference to it is held.
             unsafe { *existing = *b };
             return;
         }
@@ -81,7 +93,9 @@ impl BucketKey {
         let status = unsafe {
             raw::RedisModule_ModuleTypeSetValue.unwrap()(self.key, tb_type(), value.cast())
         };
-        if status != raw::Status::Ok as i32 {
+        if status == raw::Status::Ok as i32 {
+            self.value.set(value);
+        } else {
             // SAFETY: Redis did not take ownership, so the box is still ours.
             drop(unsafe { Box::from_raw(value) });
         }
@@ -115,6 +129,7 @@ impl BucketKey {
 
     /// Deletes the key.
     fn delete(&self) {
+        self.value.set(std::ptr::null_mut());
         // SAFETY: self.key is open for writing.
         unsafe { raw::RedisModule_DeleteKey.unwrap()(self.key) };
     }
