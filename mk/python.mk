@@ -23,19 +23,7 @@ EXTRA_TESTS += test-python
 # with the client installed as users install it (pip install ./clients/python)
 # plus the pinned test and example dependencies.
 python-venv:
-	@if [ ! -x $(PY) ]; then \
-	  echo "==> creating $(PY_VENV)"; \
-	  if ! python3 -m venv $(PY_VENV) >/dev/null 2>&1; then \
-	    rm -rf $(PY_VENV); \
-	    if [ "$$(id -u)" -ne 0 ]; then \
-	      echo "error: python3 -m venv failed; install python3-venv with:" >&2; \
-	      echo "  sudo apt-get install -y python3-venv" >&2; \
-	      exit 1; \
-	    fi; \
-	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv; \
-	    python3 -m venv $(PY_VENV); \
-	  fi; \
-	fi
+	@$(CURDIR)/mk/venv.sh $(PY_VENV)
 	@$(PY) -m pip install --quiet --disable-pip-version-check "$(PY_DIR)[test]"
 	@# The same version number would let pip keep a stale copy: reinstall the code.
 	@$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall "$(PY_DIR)"
