@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { Queue } from 'bullmq';
 import Redis from 'ioredis';
 
-import { Referee, inversions, matchGrants, median, startNodeWorker, summary } from './helpers/fleet.js';
+import { Referee, inversions, matchGrants, median, startAll, startNodeWorker, summary } from './helpers/fleet.js';
 import { Server } from './helpers/server.js';
 
 const WORKER = fileURLToPath(new URL('./fixtures/bullmq-worker.js', import.meta.url));
@@ -57,10 +57,11 @@ for (const backend of ['module', 'lua']) {
         MODE: mode,
       };
       try {
-        workers = await Promise.all([
-          startNodeWorker(WORKER, { ...env, CLIENT: 'ioredis' }),
-          startNodeWorker(WORKER, { ...env, CLIENT: 'node-redis' }),
-        ]);
+        workers = [];
+        await startAll(
+          [startNodeWorker(WORKER, { ...env, CLIENT: 'ioredis' }), startNodeWorker(WORKER, { ...env, CLIENT: 'node-redis' })],
+          workers,
+        );
         const queue = new Queue(queueName, { connection: { host: '127.0.0.1', port: server.port } });
         const startedNs = process.hrtime.bigint();
         await queue.addBulk(jobs.map((data) => ({ name: 'call', data })));

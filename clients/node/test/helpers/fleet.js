@@ -14,14 +14,14 @@ const STOP_DEADLINE_MS = 20_000;
  * output is kept for error messages.
  */
 export class Proc {
-  static async start(command, args, { env = {}, cwd, ready = 'ready', detached = false } = {}) {
+  static async start(command, args, { env = {}, cwd, ready = 'ready', detached = false, stdin = false } = {}) {
     const p = new Proc();
     p.output = '';
     p.groupLeader = detached;
     p.child = spawn(command, args, {
       cwd,
       env: { ...process.env, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
+      stdio: [stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
       detached, // its own process group, to stop the children it forks too
     });
     p.exited = new Promise((resolve) => p.child.once('exit', (code, signal) => resolve({ code, signal })));
@@ -70,6 +70,18 @@ export class Proc {
     await this.exited;
     clearTimeout(timer);
   }
+}
+
+/**
+ * Starts processes at once; pushes each one that started onto `into` (so
+ * the caller stops them) and throws if any failed.
+ */
+export async function startAll(starts, into) {
+  const settled = await Promise.allSettled(starts);
+  for (const s of settled) if (s.status === 'fulfilled') into.push(s.value);
+  const failed = settled.find((s) => s.status === 'rejected');
+  if (failed) throw failed.reason;
+  return settled.map((s) => s.value);
 }
 
 /** Starts a Node worker process (a fixture) and waits until it is ready. */

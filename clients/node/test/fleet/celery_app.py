@@ -1,0 +1,98 @@
+"""The Celery side of the mixed-fleet test: a task that calls the same "API"
+as the BullMQ workers, through the same tb bucket, with the Python client.
+
+Each run reserves its turn (TB.CONSUME ... RESERVE, first come first served
+with the BullMQ jobs), requeues itself with the wait as its countdown when
+the turn is later, comes back LEAD seconds early and sleeps the rest; a
+denial (the backlog is longer than MAX_WAIT) takes nothing and asks again
+when half of the window has drained.
+
+Environment: TB_REDIS_URL, REFEREE_URL, RATE, MAX_WAIT_MS, TB_REPLIES_DIR
+(where each worker process writes the TB.CONSUME replies it saw, for the
+test's observer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+from typing import Any
+
+from celery import Celery, current_task
+
+from tb_limiter import Call, Limiter
+
+REDIS_URL = os.environ["TB_REDIS_URL"]
+REFEREE_URL = os.environ["REFEREE_URL"]
+RATE = os.environ["RATE"]
+MAX_WAIT = int(os.environ["MAX_WAIT_MS"]) / 1000
+KEY = "api:shared"
+#: Celery runs countdown tasks a few ms late by varying amounts: come back
+#: this early and sleep the rest.
+LEAD = 0.25
+
+app = Celery("mixed", broker=REDIS_URL)
+app.conf.update(
+    broker_connection_retry_on_startup=True,
+    task_serializer="json",
+    worker_hijack_root_logger=False,
+)
+
+
+class ObservedLimiter(Limiter):
+    """The client as is, plus the test's observer: every TB.CONSUME reply,
+    with the task that asked and when the request left and the reply came
+    back (CLOCK_MONOTONIC, as the calls and the Node processes)."""
+
+    def execute(self, call: Call) -> Any:
+        send_ns = time.monotonic_ns()
+        reply = super().execute(call)
+        if call.name == "TB.CONSUME":
+            record = {
+                "job": f"celery:{current_task.request.id}",
+                "key": call.keys[0],
+                "allowed": int(reply[0]) == 1,
+                "sendNs": str(send_ns),
+                "recvNs": str(time.monotonic_ns()),
+                "retryAfterMs": int(reply[2]),
+                "granted": int(reply[4]),
+            }
+            path = os.path.join(os.environ["TB_REPLIES_DIR"], f"celery-{os.getpid()}.jsonl")
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+        return reply
+
+
+limiter = ObservedLimiter(REDIS_URL)  # made in the parent: each child connects on its own
+bucket = limiter.bucket(KEY, RATE, 1)
+
+
+@app.task(bind=True, max_retries=None)
+def call_api(self: Any, seq: int, due: float | None = None) -> int:
+    """One call of the API, with a token of the shared bucket."""
+    if due is None:
+        r = bucket.reserve(1, max_wait=MAX_WAIT)
+        if r.never:
+            raise ValueError("one call exceeds the bucket's capacity")
+        if not r.allowed:
+            # Not reserved: the backlog is longer than MAX_WAIT.
+            raise self.retry(countdown=max(0.001, r.retry_after - MAX_WAIT / 2), kwargs={"seq": seq})
+        if r.retry_after > LEAD:
+            due = time.time() + r.retry_after
+            raise self.retry(countdown=r.retry_after - LEAD, kwargs={"seq": seq, "due": due})
+        due = time.time() + r.retry_after
+    time.sleep(max(0.0, due - time.time()))
+    start_ns = time.monotonic_ns()
+    body = json.dumps({
+        "job": f"celery:{self.request.id}",
+        "tenant": "shared",
+        "seq": seq,
+        "startNs": str(start_ns),
+        "pid": os.getpid(),
+        "side": "celery",
+    }).encode()
+    req = urllib.request.Request(REFEREE_URL, body, {"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return int(resp.status)
