@@ -1,22 +1,23 @@
 // How one command reaches Redis through the client object the user passed in:
 // node-redis 4+ (a client or a cluster) or ioredis 5+ (Redis or Cluster).
 //
-// Every command here names its keys, so that
-// - cluster clients route it to the node that owns the first key, although
-//   neither library knows the module's commands (they would send them to a
-//   random node, which answers MOVED);
+// A command is `head`, then its keys, then `tail`: ['TB.CONSUME'] key
+// [rate ...], ['TB.MCONSUME', numkeys] keys [...], ['EVALSHA', sha,
+// numkeys] keys ['TB.CONSUME', ...]. Knowing the keys,
+// - cluster clients route each command to the node that owns its first key,
+//   although neither library knows the module's commands (they would send
+//   them to a random node, which answers MOVED);
 // - the client's `keyPrefix` (ioredis, node-redis 6) applies to module
-//   commands and to the Lua script alike (the libraries prefix only the keys
-//   of commands they know, so EVALSHA's keys would be prefixed and
-//   TB.CONSUME's would not).
+//   commands and to the Lua script alike: the libraries prefix only the
+//   keys of commands they know (ioredis prefixes EVALSHA's keys itself;
+//   node-redis prefixes nothing sent with sendCommand), so the adapter
+//   prefixes the rest.
 
 /**
  * Wraps a node-redis or ioredis client (or cluster) in one interface:
- * `send(args, keys)` where `args` is the whole command as strings, and
- * `keys` its keys, already inside `args`.
+ * `send(head, keys, tail)`.
  *
  * @param {any} client
- * @returns {Connection}
  */
 export function connect(client) {
   if (client == null || typeof client !== 'object') {
@@ -31,7 +32,7 @@ export function connect(client) {
   throw new TypeError('expected a node-redis (4+) or ioredis (5+) client (or cluster) object');
 }
 
-/** Prefixes each key with `prefix` (a string or Buffer), as the client would. */
+/** `key` with `prefix` (a string or Buffer) in front, as the client would. */
 function prefixed(prefix, key) {
   if (prefix == null || prefix === '') return key;
   if (Buffer.isBuffer(prefix) || Buffer.isBuffer(key)) {
@@ -40,36 +41,19 @@ function prefixed(prefix, key) {
   return prefix + key;
 }
 
-/** The common part: key prefixing and the kind of client. */
-class Connection {
-  /** @param {any} client */
+/** node-redis 4, 5 and 6: `sendCommand(args)`; clusters take the first key. */
+class NodeRedisConnection {
   constructor(client) {
     this.client = client;
-  }
-
-  /** The key as sent to Redis (with the client's keyPrefix). */
-  key(key) {
-    return prefixed(this.prefix(), key);
-  }
-}
-
-/** node-redis 4, 5 and 6: `sendCommand(args)`; clusters take the first key. */
-class NodeRedisConnection extends Connection {
-  constructor(client) {
-    super(client);
-    // Clusters: v4 has getSlotMaster(), v5+ getSlotRandomNode() and masters.
+    // Clusters: v4 has getSlotMaster(), v5+ too (and masters, slots).
     this.isCluster = typeof client.getSlotMaster === 'function';
-    this.library = 'node-redis';
   }
 
-  prefix() {
+  send(head, keys, tail) {
     const c = this.client;
-    return c._keyPrefix ?? c.options?.keyPrefix;
-  }
-
-  send(args, keys) {
-    if (this.isCluster) return this.client.sendCommand(keys[0], false, args);
-    return this.client.sendCommand(args);
+    const ks = keys.map((k) => prefixed(c._keyPrefix ?? c.options?.keyPrefix, k));
+    const args = [...head, ...ks, ...tail];
+    return this.isCluster ? c.sendCommand(ks[0], false, args) : c.sendCommand(args);
   }
 
   /**
@@ -90,38 +74,32 @@ class NodeRedisConnection extends Connection {
 }
 
 /** ioredis 5 and 6: Redis and Cluster. */
-class IoredisConnection extends Connection {
+class IoredisConnection {
   constructor(client) {
-    super(client);
+    this.client = client;
     this.isCluster = client.isCluster === true;
-    this.library = 'ioredis';
   }
 
-  prefix() {
-    return this.client.options?.keyPrefix;
-  }
-
-  /** ioredis' Command class, from the client (Cluster: from one of its nodes). */
-  commandClass() {
+  send(head, keys, tail) {
     const c = this.client;
-    if (c.constructor?.Command) return c.constructor.Command;
-    const nodes = typeof c.nodes === 'function' ? c.nodes('all') : [];
-    return nodes[0]?.constructor?.Command;
-  }
-
-  send(args, keys) {
-    const Command = this.commandClass();
-    if (!Command) {
-      // A Cluster before its first connection: ioredis sends commands it
-      // does not know to any node and follows the MOVED reply.
-      return this.client.call(...args);
+    if (/^EVAL(SHA)?$/i.test(head[0])) {
+      // A command ioredis knows: it prefixes the keys and routes by them.
+      return c.call(...head, ...keys, ...tail);
     }
-    // Without keyPrefix in the options: the keys are prefixed already.
-    const cmd = new Command(args[0], args.slice(1), { replyEncoding: 'utf8' });
-    // ioredis computes a command's keys only for the commands it knows;
-    // setting them routes this one (Cluster) by its first key.
-    cmd.keys = keys;
-    return this.client.sendCommand(cmd);
+    const ks = keys.map((k) => prefixed(c.options?.keyPrefix, k));
+    // ioredis finds the keys only of commands it knows. `call` builds the
+    // command; this view of the client sets its keys before it is sent, so
+    // a Cluster routes it by its first key (without them it would go to any
+    // node and follow the MOVED reply, which still works).
+    const routed = Object.create(c, {
+      sendCommand: {
+        value(command, ...rest) {
+          command.keys = ks;
+          return c.sendCommand(command, ...rest);
+        },
+      },
+    });
+    return c.call.call(routed, ...head, ...ks, ...tail);
   }
 
   async duplicate() {
@@ -138,4 +116,3 @@ class IoredisConnection extends Connection {
   }
 }
 
-/** @typedef {NodeRedisConnection | IoredisConnection} Connection */

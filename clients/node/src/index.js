@@ -329,11 +329,10 @@ export class Limiter {
 
   async _run(conn, name, keys, args) {
     if (this._closed) throw new Error('the limiter is closed');
-    const k = keys.map((key) => conn.key(key));
     if (this._backend !== 'lua') {
-      const command = name === 'TB.MCONSUME' ? [name, String(k.length), ...k, ...args] : [name, ...k, ...args];
+      const head = name === 'TB.MCONSUME' ? [name, String(keys.length)] : [name];
       try {
-        const reply = await conn.send(command, k);
+        const reply = await conn.send(head, keys, args);
         this._backend ??= 'module';
         return reply;
       } catch (e) {
@@ -343,16 +342,16 @@ export class Limiter {
         this._backend = 'lua';
       }
     }
-    const tail = [String(k.length), ...k, name, ...args];
+    const tail = [name, ...args];
     try {
-      return await conn.send(['EVALSHA', SCRIPT_SHA1, ...tail], k);
+      return await conn.send(['EVALSHA', SCRIPT_SHA1, String(keys.length)], keys, tail);
     } catch (e) {
       if (!(isReplyError(e) && String(e.message).startsWith('NOSCRIPT'))) throw asCommandError(name, e);
     }
     // Not cached on that server (a restart, a failover, another node): EVAL
     // runs it and caches it for the next EVALSHA.
     try {
-      return await conn.send(['EVAL', SCRIPT, ...tail], k);
+      return await conn.send(['EVAL', SCRIPT, String(keys.length)], keys, tail);
     } catch (e) {
       throw asCommandError(name, e);
     }
