@@ -13,7 +13,8 @@ NODE_DIR := $(CURDIR)/clients/node
 # Defaults when this fragment is used without the top Makefile's variables.
 MODULE ?= $(CURDIR)/target/release/libtb.so
 APT_INSTALL ?= apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y
-NODE_TEST := node --test --test-concurrency=1 --test-reporter=spec
+# A test that hangs fails after 5 minutes instead of holding make test.
+NODE_TEST := node --test --test-concurrency=1 --test-timeout=300000 --test-reporter=spec
 
 .PHONY: node-deps test-node
 

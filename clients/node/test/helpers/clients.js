@@ -42,7 +42,15 @@ function ioredis(Redis, Cluster, major) {
     async connect(port, options = {}) {
       const c = new Redis(port, '127.0.0.1', { maxRetriesPerRequest: 1, ...options });
       c.on('error', () => {});
-      await c.ping();
+      try {
+        await new Promise((resolve, reject) => {
+          c.once('ready', resolve);
+          c.once('end', () => reject(new Error('the connection ended before it was ready')));
+        });
+      } catch (e) {
+        c.disconnect();
+        throw e;
+      }
       return c;
     },
     async connectCluster(ports, options = {}) {
