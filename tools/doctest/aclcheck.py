@@ -21,8 +21,8 @@ Suites:
   GETDEL, SET, RESTORE, RENAME, COPY, MOVE, SWAPDB, FLUSHDB, FLUSHALL,
   EXPIRE and friends, PERSIST), TB.SETSTATE, TB.CONFIG, CONFIG SET, scripts
   and functions (EVAL, EVALSHA, SCRIPT LOAD, FUNCTION LOAD, FCALL), MODULE,
-  ACL, AUTH/HELLO as another user, REPLICAOF, FAILOVER, CLIENT KILL,
-  SHUTDOWN, and every limiter command on another tenant's key;
+  ACL, DEBUG, AUTH/HELLO as another user, REPLICAOF, FAILOVER, CLIENT
+  KILL, SHUTDOWN, and every limiter command on another tenant's key;
 - a command name (``tb.setstate``): the ``tamper`` attempts of that command.
 """
 
@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 #: The harness' own admin user, added to every server an acl block runs on.
 ADMIN_USER = "doctest-admin"
@@ -122,6 +124,7 @@ def tamper_suite(k: Keys, payload: bytes) -> list[list[Any]]:
         ["REPLICAOF", "127.0.0.1", "1"],
         ["FAILOVER", "TO", "127.0.0.1", "1"],
         ["CLIENT", "KILL", "TYPE", "normal"],
+        ["DEBUG", "SLEEP", "0"],
         ["TB.CONSUME", other, "1000000", "1000000"],
         ["TB.CONSUME", other, "10", "5", "1", "RESERVE", "1000"],
         ["TB.MCONSUME", "2", own, other, "10", "5", "1", "10", "5", "1"],
@@ -136,7 +139,11 @@ def tamper_suite(k: Keys, payload: bytes) -> list[list[Any]]:
 
 
 def _admin(port: int) -> redis.Redis:
-    return redis.Redis(port=port, username=ADMIN_USER, password=ADMIN_PASSWORD, socket_timeout=30)
+    # One immediate retry: an attempt may be CLIENT KILL of every connection.
+    return redis.Redis(
+        port=port, username=ADMIN_USER, password=ADMIN_PASSWORD, socket_timeout=30,
+        retry=Retry(NoBackoff(), 1),
+    )
 
 
 def _snapshot(admin: redis.Redis, k: Keys) -> dict[str, Any]:
@@ -188,7 +195,11 @@ def check(port: int, block_text: str, user: str, allows: list[str], denies: list
     k = keys_for(_key_pattern(admin, user))
 
     def as_user() -> redis.Redis:
-        return redis.Redis(port=port, username=user, password=password, socket_timeout=30)
+        # No retry: an attempt that breaks the connection is reported as such.
+        return redis.Redis(
+            port=port, username=user, password=password, socket_timeout=30,
+            retry=Retry(NoBackoff(), 0),
+        )
 
     # Buckets to protect, the user's own and another tenant's, refilling
     # slowly enough not to expire while the attempts run.

@@ -20,7 +20,8 @@ explains:
   -1 (never) is exact;
 - token counts (``remaining``, ``tokens``, an ``ATMOST`` grant, the reply of
   ``TB.REFUND``): between the document's value and that plus rate x slack
-  (rounded up for whole tokens);
+  (its whole part for whole tokens: with no time between the commands,
+  every count is whole);
 - ``updated_at_ms`` (a wall-clock time): any time within the run.
 
 Everything else (``allowed``, ``granted``, ``capacity``, ``rate``, errors,
@@ -280,7 +281,9 @@ def check_value(rule: Rule, expected: str, actual: str, t: Timing) -> str | None
         return f"outside {low}..{ev} (countdown, slack {slack_ms} ms)"
     refill = Decimal(rule.rate.numerator) / Decimal(rule.rate.denominator) * Decimal(slack_ms)
     refill /= 1000
-    high = ev + refill if "." in str(ev) or "." in str(av) else ev + math.ceil(refill)
+    # With no time between commands every count is whole, so a whole-token
+    # field can grow only by the whole tokens the slack refills.
+    high = ev + refill if "." in str(ev) or "." in str(av) else ev + math.floor(refill)
     if ev <= av <= high:
         return None
     return f"outside {ev}..{high} (tokens at {rule.rate}/s, slack {slack_ms} ms)"
