@@ -5,8 +5,8 @@
 // dependency (`tb-limiter`, `tb-limiter/bullmq`) beside the libraries it
 // works with (redis, ioredis, bullmq, from this package's node_modules),
 // then `node block.mjs` runs there. Its output goes to ours; its exit code
-// is ours. The docs harness (make test-docs) calls it for ```js blocks,
-// after pointing the block's redis://127.0.0.1:6379 at its own server.
+// is ours. The docs harness (tools/doctest, make test-docs) calls it for
+// ```js blocks, after pointing redis://127.0.0.1:6379 at its own server.
 //
 //   node clients/node/tools/run-block.js BLOCK_FILE [TIMEOUT_MS]
 
