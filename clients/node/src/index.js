@@ -275,8 +275,8 @@ async function waitReserved(ms, signal, giveBack) {
  *
  * `backend: 'auto'` (default) sends the module's commands and switches to the
  * Lua fallback when the server answers "unknown command" (no probe, no key,
- * no permission beyond the limiter's commands; the fallback needs EVALSHA and
- * EVAL). `'module'` or `'lua'` force one.
+ * no permission beyond the limiter's commands; the fallback needs EVALSHA,
+ * EVAL and the commands the script calls). `'module'` or `'lua'` force one.
  *
  * `maxWaitMs` is the server's `tb.max-wait-ms` when known; otherwise the
  * limiter assumes the default (60 s) and learns the real value from the
@@ -412,9 +412,10 @@ export class Limiter {
     const items = [...parts];
     const label = items.map(([b]) => describeKey(b.key)).join(',');
     const limit = timeoutMs === undefined ? null : waitArg(timeoutMs, 'timeoutMs');
-    const deadline = limit === null ? null : Date.now() + limit;
+    const start = Date.now();
     for (;;) {
-      const remaining = deadline === null ? this.maxWaitMs : Math.max(0, deadline - Date.now());
+      // The default timeout follows what the limiter learns of the server.
+      const remaining = Math.max(0, start + (limit ?? this.maxWaitMs) - Date.now());
       const { reply, windowMs } = await this._consumeMany(items, remaining);
       const r = MultiResult.fromReply(reply);
       if (r.allowed) {
@@ -537,9 +538,10 @@ export class TokenBucket {
     signal?.throwIfAborted();
     const limiter = this.limiter;
     const limit = timeoutMs === undefined ? null : waitArg(timeoutMs, 'timeoutMs');
-    const deadline = limit === null ? null : Date.now() + limit;
+    const start = Date.now();
     for (;;) {
-      const remaining = deadline === null ? limiter.maxWaitMs : Math.max(0, deadline - Date.now());
+      // The default timeout follows what the limiter learns of the server.
+      const remaining = Math.max(0, start + (limit ?? limiter.maxWaitMs) - Date.now());
       const { result: r, windowMs } =
         block && limiter.backend !== 'lua'
           ? await this._block(n, remaining, signal)
