@@ -22,7 +22,9 @@ from typing import Any
 
 from celery import Celery, current_task
 
-from tb_limiter import Call, Limiter
+import redis
+
+from tb_limiter import Limiter
 
 REDIS_URL = os.environ["TB_REDIS_URL"]
 REFEREE_URL = os.environ["REFEREE_URL"]
@@ -41,18 +43,24 @@ app.conf.update(
 )
 
 
-class ObservedLimiter(Limiter):
-    """The client as is, plus the test's observer: every TB.CONSUME reply,
+def observe(execute_command: Any) -> Any:
+    """The test's observer, around redis-py's Redis.execute_command: every
+    TB.CONSUME reply (the module's, or the script's through EVALSHA/EVAL),
     with the task that asked and when the request left and the reply came
-    back (CLOCK_MONOTONIC, as the calls and the Node processes)."""
+    back (CLOCK_MONOTONIC, as the calls and the Node processes). Each worker
+    process appends to its own file."""
 
-    def execute(self, call: Call) -> Any:
+    def wrapper(self: redis.Redis, *args: Any, **options: Any) -> Any:
+        words = [a.decode() if isinstance(a, bytes) else str(a) for a in args]
+        script = words[0].upper() in ("EVALSHA", "EVAL")
+        keys_at = 3 if script else 1
+        consume = (words[keys_at + int(words[2])] if script else words[0]).upper() == "TB.CONSUME"
         send_ns = time.monotonic_ns()
-        reply = super().execute(call)
-        if call.name == "TB.CONSUME":
+        reply = execute_command(self, *args, **options)
+        if consume and current_task and current_task.request.id:
             record = {
                 "job": f"celery:{current_task.request.id}",
-                "key": call.keys[0],
+                "key": words[keys_at],
                 "allowed": int(reply[0]) == 1,
                 "sendNs": str(send_ns),
                 "recvNs": str(time.monotonic_ns()),
@@ -64,8 +72,12 @@ class ObservedLimiter(Limiter):
                 f.write(json.dumps(record) + "\n")
         return reply
 
+    return wrapper
 
-limiter = ObservedLimiter(REDIS_URL)  # made in the parent: each child connects on its own
+
+redis.Redis.execute_command = observe(redis.Redis.execute_command)  # type: ignore[method-assign]
+
+limiter = Limiter(REDIS_URL)  # made in the parent: each child connects on its own
 bucket = limiter.bucket(KEY, RATE, 1)
 
 

@@ -171,6 +171,7 @@ export function matchGrants(calls, grants) {
   let without = 0;
   const lateness = [];
   const asked = [];
+  const lateBy = [];
   const sorted = calls.slice().sort((a, b) => (a.startNs < b.startNs ? -1 : 1));
   for (const c of sorted) {
     const g = byJob.get(c.job);
@@ -179,6 +180,7 @@ export function matchGrants(calls, grants) {
       continue;
     }
     lateness.push(ms(c.startNs) - (ms(g.recvNs) + g.retryAfterMs));
+    lateBy.push({ call: c, ms: lateness.at(-1) });
     asked.push(g);
   }
   // First come, first served: a job whose reservation was surely made first
@@ -195,6 +197,7 @@ export function matchGrants(calls, grants) {
     lateness,
     gaps,
     outOfTurn,
+    lateBy,
     unused: grants.filter((g) => !used.has(g.job)).length + grants.length - byJob.size,
     spanMs: starts.at(-1) - starts[0],
   };
