@@ -21,7 +21,7 @@ def _child(lim: Limiter, parent_client_id: int, out: "mp.Queue[tuple[int, int, b
 
 @pytest.mark.parametrize("workers", [4])
 def test_limiter_survives_fork(server: Server, workers: int) -> None:
-    lim = Limiter(server.url)
+    lim = Limiter.from_url(server.url)
     bucket = lim.bucket("fork", FROZEN, 100)
     assert bucket.consume().allowed  # the parent connects before forking
     parent_id = int(lim.client.client_id())
