@@ -50,7 +50,9 @@ def free_port() -> int:
 class Server:
     """A redis-server child process on 127.0.0.1, with or without the module."""
 
-    def __init__(self, *, with_module: bool, extra: list[str] | None = None) -> None:
+    def __init__(
+        self, *, with_module: bool, extra: list[str] | None = None, module_args: list[str] | None = None
+    ) -> None:
         self.with_module = with_module
         self.dir = tempfile.mkdtemp(prefix="tb-py-")
         self.port = free_port()
@@ -64,7 +66,7 @@ class Server:
             "--logfile", "redis.log",
         ]
         if with_module:
-            args += ["--loadmodule", module_path()]
+            args += ["--loadmodule", module_path(), *(module_args or [])]
         args += extra or []
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, cwd=self.dir)
         self._wait_ready()
@@ -72,6 +74,10 @@ class Server:
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
+
+    def connections_received(self) -> int:
+        """Connections the server has accepted since it started."""
+        return int(self.client().info("stats")["total_connections_received"])
 
     def client(self, **kwargs: object) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)  # type: ignore[arg-type]

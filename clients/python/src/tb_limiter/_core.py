@@ -111,7 +111,9 @@ def execute(server: ServerState, call: Call) -> Plan[Any]:
         try:
             reply = yield Command(call.module_args())
         except Exception as e:
-            if server.backend is not None or not is_unknown_command(e):
+            # "module" was forced, or proved by an earlier reply (a
+            # concurrent first call may have decided "lua" meanwhile).
+            if server.backend == "module" or not is_unknown_command(e):
                 raise
             server.backend = "lua"
         else:

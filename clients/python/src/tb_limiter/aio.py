@@ -95,11 +95,11 @@ class AsyncLimiter:
 
         else:
             kwargs = dict(redis_kwargs)
-            if "max_connections" in kwargs and "connection_pool_class" not in kwargs:
-                kwargs["connection_pool_class"] = aredis.BlockingConnectionPool
+            default = aredis.BlockingConnectionPool if "max_connections" in kwargs else aredis.ConnectionPool
+            pool_class = kwargs.pop("connection_pool_class", default)
 
             def factory() -> AsyncClient:
-                return aredis.Redis.from_url(url, **kwargs)
+                return aredis.Redis.from_pool(pool_class.from_url(url, **kwargs))
 
         self = cls.__new__(cls)
         self._setup(None, factory, backend, None)

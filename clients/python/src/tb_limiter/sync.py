@@ -92,11 +92,11 @@ class Limiter:
 
         else:
             kwargs = dict(redis_kwargs)
-            if "max_connections" in kwargs and "connection_pool_class" not in kwargs:
-                kwargs["connection_pool_class"] = redis.BlockingConnectionPool
+            default = redis.BlockingConnectionPool if "max_connections" in kwargs else redis.ConnectionPool
+            pool_class = kwargs.pop("connection_pool_class", default)
 
             def factory() -> SyncClient:
-                return redis.Redis.from_url(url, **kwargs)
+                return redis.Redis.from_pool(pool_class.from_url(url, **kwargs))
 
         if backend not in ("auto", "module", "lua"):
             raise ValueError(f"backend must be 'auto', 'module' or 'lua', not {backend!r}")
