@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Generator, Sequence, TypeVar, Union
+from typing import Any, Callable, Generator, Sequence, TypeVar, Union, cast
 
 from ._protocol import (
     DEFAULT_MAX_WAIT_MS,
@@ -172,7 +172,7 @@ def consume(server: ServerState, spec: BucketSpec, n: int, atmost: bool) -> Plan
 
 def reserve(server: ServerState, spec: BucketSpec, n: int, max_wait: float | None) -> Plan[Result]:
     r, _ = yield from _reserve_ms(server, _Single(spec, n), None if max_wait is None else wait_ms(max_wait))
-    return r
+    return cast(Result, r)
 
 
 def consume_many(
@@ -181,7 +181,7 @@ def consume_many(
     if not reserve:
         return MultiResult.from_reply((yield from execute(server, mconsume_call(items, None))))
     r, _ = yield from _reserve_ms(server, _Many(items), None if max_wait is None else wait_ms(max_wait))
-    return r
+    return cast(MultiResult, r)
 
 
 def refund(server: ServerState, spec: BucketSpec, n: int) -> Plan[int | None]:
@@ -200,11 +200,11 @@ def acquire(server: ServerState, spec: BucketSpec, n: int, timeout: float | None
         r = yield from _block(server, target, timeout)
         if r is not None:
             return r
-    return (yield from _acquire(server, target, timeout))
+    return cast(Result, (yield from _acquire(server, target, timeout)))
 
 
 def acquire_many(server: ServerState, items: Sequence[tuple[BucketSpec, int]], timeout: float | None) -> Plan[MultiResult]:
-    return (yield from _acquire(server, _Many(items), timeout))
+    return cast(MultiResult, (yield from _acquire(server, _Many(items), timeout)))
 
 
 def undo(server: ServerState, taken: Sequence[tuple[BucketSpec, int]]) -> Plan[None]:

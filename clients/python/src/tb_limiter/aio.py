@@ -23,6 +23,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from . import _core
 from ._core import Block, Command, Plan, Sleep
+from ._protocol import Call
 from ._rates import LimitSpec, RateLike
 from ._spec import BucketSpec, group_specs
 from ._types import Backend, BucketInfo, MultiResult, Result
@@ -175,7 +176,7 @@ class AsyncLimiter:
         items = list(parts)
         return await self._run(_core.acquire_many(self._server, items, timeout), items)
 
-    async def execute(self, call: _core.Call) -> Any:
+    async def execute(self, call: Call) -> Any:
         """Runs one command on the module or through the Lua fallback."""
         return await self._run(_core.execute(self._server, call))
 

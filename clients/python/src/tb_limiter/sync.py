@@ -14,6 +14,7 @@ from redis.cluster import RedisCluster
 
 from . import _core
 from ._core import Block, Command, Plan, Sleep
+from ._protocol import Call
 from ._rates import LimitSpec, RateLike
 from ._spec import BucketSpec, group_specs
 from ._types import Backend, BucketInfo, MultiResult, Result
@@ -174,7 +175,7 @@ class Limiter:
         items = list(parts)
         return self._run(_core.acquire_many(self._server, items, timeout), items)
 
-    def execute(self, call: _core.Call) -> Any:
+    def execute(self, call: Call) -> Any:
         """Runs one command on the module or through the Lua fallback and
         returns the raw reply."""
         return self._run(_core.execute(self._server, call))
@@ -192,7 +193,8 @@ class Limiter:
             value, error = None, None
             try:
                 if isinstance(step, Command):
-                    value = self.client.execute_command(*step.args)
+                    run: Callable[..., Any] = self.client.execute_command
+                    value = run(*step.args)
                 elif isinstance(step, Sleep):
                     time.sleep(step.seconds)
                 elif isinstance(step, Block):
@@ -214,7 +216,8 @@ class Limiter:
                 return None
             args = step.call(cap).module_args()
             conn.send_command(*args)
-            return cap, client.parse_response(conn, str(args[0]))
+            parse: Callable[..., Any] = client.parse_response
+            return cap, parse(conn, str(args[0]))
         except redis.ResponseError:
             raise
         except BaseException:
