@@ -105,6 +105,13 @@ class ServerState:
         return DEFAULT_MAX_WAIT_MS if self.max_wait_ms is None else min(DEFAULT_MAX_WAIT_MS, self.max_wait_ms)
 
 
+def reach_ms(server: ServerState, ms: int | None) -> int:
+    """How far ahead a reservation asked to reach ``ms`` (None: as far as
+    allowed) can reach, as far as the client knows the server's limit."""
+    want = server.wait_limit_ms() if ms is None else ms
+    return want if server.max_wait_ms is None else min(want, server.max_wait_ms)
+
+
 def execute(server: ServerState, call: Call) -> Plan[Any]:
     """Runs one command on the module, or through the Lua fallback."""
     if server.backend != "lua":
@@ -148,9 +155,7 @@ def with_wait(server: ServerState, run: Callable[[int], Plan[T]], ms: int | None
     (N)``), N is remembered for this client and the call is made again with
     N. Servers older than this client do not say N: the wait is halved
     until one is accepted. Returns the reply and the wait used."""
-    want = server.wait_limit_ms() if ms is None else ms
-    if server.max_wait_ms is not None:
-        want = min(want, server.max_wait_ms)
+    want = reach_ms(server, ms)
     for _ in range(32):
         try:
             return (yield from run(want)), want
