@@ -21,11 +21,14 @@ first come, first served across every worker of every machine):
   the wait; Celery wakes the task ``lead`` seconds early and it sleeps the
   rest, because countdown tasks run a few milliseconds late by varying
   amounts;
-* denied (the turn is further away than the server reserves: a backlog
-  deeper than ``tb.max-wait-ms``): nothing is taken, and the task requeues
-  itself to ask again when its tokens are that close. A denial's
-  ``retry_after`` is when the tokens come, not a grant: the body never runs
-  on it. Order among such tasks is Celery's, not first come, first served;
+* denied (the turn is further away than a reservation reaches: a backlog
+  deeper than ``max_wait``, which is at most ``tb.max-wait-ms``): nothing is
+  taken, and the task requeues itself to ask again when its tokens are that
+  close, but not sooner than half the reach (so a deep backlog asks again
+  in waves, each of which fills the queue, not at the bucket's rate). A
+  denial's ``retry_after`` is when the tokens come, not a grant: the body
+  never runs on it. Order among such tasks is Celery's, not first come,
+  first served;
 * never (more tokens than the bucket holds): :class:`~tb_limiter.RateLimited`.
 
 Requeues count in ``task.request.retries`` but never against the task's
@@ -101,9 +104,11 @@ def _reserve_or_requeue(
     if r.never:
         raise RateLimited(str(bucket.key), r)
     # Not reserved (further away than a reservation reaches): ask again when
-    # the tokens are within reach. Nothing is held meanwhile.
+    # the tokens are within reach, and not sooner than half the reach, so a
+    # deep backlog of denied tasks comes back in waves (each wave fills the
+    # queue again), never at the bucket's rate. Nothing is held meanwhile.
     reach = reach_ms(bucket.limiter._server, None if max_wait is None else wait_ms(max_wait)) / 1000
-    _requeue(max(r.retry_after - reach, 0.001), dict(kwargs))
+    _requeue(max(r.retry_after - reach, reach / 2, 0.001), dict(kwargs))
     raise AssertionError("unreachable: _requeue raises")
 
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence, Union
 
 from fastapi import HTTPException, Request, Response
 
@@ -45,22 +45,30 @@ from ._types import MultiResult, RateLimited
 from .aio import AsyncBucketGroup, AsyncLimiter
 
 
+#: Limits: a string such as ``"10/second;1000/day"``, parsed limits, or a
+#: function of the request that returns either (limits per user tier).
+Limits = Union[str, Iterable[LimitSpec], Callable[[Request], Union[str, Iterable[LimitSpec]]]]
+
+
 class RateLimit:
     """A FastAPI dependency that takes ``cost`` tokens from every limit of
-    ``limits`` for the key ``key(request)`` (prefixed by ``prefix``)."""
+    ``limits`` for the key ``key(request)`` (prefixed by ``prefix``),
+    waiting up to ``wait`` seconds for its turn first. ``limits`` and
+    ``wait`` may be functions of the request; they and ``key`` may raise
+    ``HTTPException`` (e.g. 401 for an unknown API key)."""
 
     def __init__(
         self,
         limiter: AsyncLimiter,
-        limits: str | Iterable[LimitSpec],
+        limits: Limits,
         *,
         key: Callable[[Request], str],
         prefix: str = "rl:",
         cost: int = 1,
-        wait: float = 0.0,
+        wait: float | Callable[[Request], float] = 0.0,
     ) -> None:
         self.limiter = limiter
-        self.limits = limits if isinstance(limits, str) else list(limits)
+        self.limits = limits if isinstance(limits, str) or callable(limits) else list(limits)
         self.key = key
         self.prefix = prefix
         self.cost = cost
@@ -68,13 +76,15 @@ class RateLimit:
 
     def group(self, request: Request) -> AsyncBucketGroup:
         """The buckets of this request's key."""
-        return self.limiter.limits(self.prefix + self.key(request), self.limits)
+        limits = self.limits(request) if callable(self.limits) else self.limits
+        return self.limiter.limits(self.prefix + self.key(request), limits)
 
     async def __call__(self, request: Request, response: Response) -> MultiResult:
         group = self.group(request)
-        if self.wait > 0:
+        wait = self.wait(request) if callable(self.wait) else self.wait
+        if wait > 0:
             try:
-                r = await group.acquire(self.cost, timeout=self.wait)
+                r = await group.acquire(self.cost, timeout=wait)
             except RateLimited as e:
                 assert isinstance(e.result, MultiResult)
                 r = e.result
