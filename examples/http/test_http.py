@@ -8,10 +8,6 @@ wait."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Iterator
@@ -19,11 +15,10 @@ from typing import Iterator
 import httpx
 import pytest
 
-from tbserver import Server, free_port
+from asgiproc import uvicorn_process
+from tbserver import Server
 
 HERE = Path(__file__).resolve().parent
-START_DEADLINE = 30.0
-STOP_DEADLINE = 10.0
 
 TIERS = """
 tiers:
@@ -46,38 +41,11 @@ def tiers_file(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def gateway(module_server: Server, tiers_file: Path, tmp_path: Path) -> Iterator[str]:
-    """``uvicorn gateway:app`` in its own process on a free port; stopped by pid."""
+    """``uvicorn gateway:app`` in its own process."""
     module_server.client().flushall()
-    port = free_port()
-    env = dict(os.environ, TB_REDIS_URL=module_server.url, TIERS_FILE=str(tiers_file))
-    log = (tmp_path / "uvicorn.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "gateway:app", "--host", "127.0.0.1", "--port", str(port),
-         "--app-dir", str(HERE), "--log-level", "warning"],
-        env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_DEADLINE
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"uvicorn exited: {(tmp_path / 'uvicorn.log').read_text()}")
-            try:
-                httpx.get(base + "/docs", timeout=1)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"uvicorn did not answer within {START_DEADLINE} s")
-                time.sleep(0.05)
+    env = {"TB_REDIS_URL": module_server.url, "TIERS_FILE": str(tiers_file)}
+    with uvicorn_process("gateway:app", HERE, env, tmp_path / "uvicorn.log") as base:
         yield base
-    finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(STOP_DEADLINE)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(5)
-        log.close()
 
 
 def get(base: str, key: str) -> httpx.Response:
@@ -119,8 +87,10 @@ def test_tiers_file_is_reread(gateway: str, tiers_file: Path) -> None:
 
 def test_a_backlog_deeper_than_the_wait(gateway: str) -> None:
     """Twelve requests at once on a tier of 2/s (burst 2) that waits up to
-    3 s: the burst and the six turns within 3 s are served, in turn; the
-    other four are refused at once, each with a Retry-After."""
+    3 s: the burst and the turns within 3 s are served, in turn; the others
+    are refused at once, each with a Retry-After. The sixth turn is due 3 s
+    after the burst, so whether it fits depends on the milliseconds between
+    a request's arrival and its reservation: 7 or 8 are served."""
 
     async def burst() -> list[tuple[int, float, httpx.Headers]]:
         async with httpx.AsyncClient(base_url=gateway, timeout=30) as c:
@@ -136,7 +106,7 @@ def test_a_backlog_deeper_than_the_wait(gateway: str) -> None:
     elapsed = time.monotonic() - start
     served = sorted(t for code, t, _ in results if code == 200)
     refused = [(t, h) for code, t, h in results if code == 429]
-    assert len(served) == 8 and len(refused) == 4, [code for code, _, _ in results]
+    assert len(served) in (7, 8) and len(served) + len(refused) == 12, [code for code, _, _ in results]
     assert len(served) <= 2 + 2 * elapsed, "never more than capacity + rate * T"
     # served in turn: the last one waited about 3 s, one turn per 0.5 s
     assert 2.9 <= served[-1] < 4.0, served
