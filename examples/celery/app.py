@@ -23,7 +23,7 @@ from typing import Any
 from celery import Celery, current_task
 
 from tb_limiter import Limiter
-from tb_limiter.celery import rate_limited
+from tb_limiter.celery import current_turn, rate_limited
 
 REDIS_URL = os.environ.get("TB_REDIS_URL", "redis://127.0.0.1:6379/0")
 API_URL = os.environ.get("LLM_API_URL", "http://127.0.0.1:8089")
@@ -55,10 +55,12 @@ def complete(prompt: str) -> dict[str, Any]:
     api = http.client.HTTPConnection(API.hostname, API.port, timeout=30)
     try:
         started = time.time()
+        turn = current_turn()  # when this task's token was due
+        assert turn is not None
         api.request("POST", "/v1/complete", json.dumps({"prompt": prompt}), {"Content-Type": "application/json"})
         resp = api.getresponse()
         body = json.loads(resp.read() or b"{}")
     finally:
         api.close()
     return {"status": resp.status, "body": body, "retries": current_task.request.retries,
-            "pid": os.getpid(), "started": started}
+            "pid": os.getpid(), "started": started, "late": started - turn}

@@ -5,10 +5,12 @@ broker and limiter, and 30 tasks queued at once with the shipped
 
 Tasks reserve at most 20 s ahead (``TB_MAX_WAIT``), so two thirds of the
 backlog is deeper than a reservation reaches: those tasks are denied at
-first, hold nothing, and ask again later. The API answers 429 to any call
-closer than 2 s to the previous one (less its documented tolerance of
-10 ms, see fake_llm.py): a call made without a token. There must be none,
-the calls must come one every 2 s (the fleet uses the whole rate), and the
+first, hold nothing, and ask again later. A call made without a token is
+one that starts before its token is due: each task reports how long after
+its turn it called (``current_turn``), which must never be negative, and
+the API answers 429 to any call closer than 2 s to the previous one (less
+its documented tolerance for scheduling jitter, see fake_llm.py). The calls
+must come one every 2 s (the fleet uses the whole rate), and the
 reservations made must stay far below polling."""
 
 from __future__ import annotations
@@ -58,14 +60,18 @@ def test_seed_scenario(module_server: Server, tmp_path: Path, monkeypatch: pytes
     gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
     reservations = _calls(module_server.client(), "tb.consume")
     requeues = sum(o["retries"] for o in outs)
+    early = [o["late"] for o in outs if o["late"] < 0]
     print(
         f"\nseed scenario: {TASKS} tasks, {RATE} calls/s, 3 prefork processes, redis-py {redis.__version__}, "
         f"reach {REACH:g} s\n"
-        f"  API calls: {stats['accepted']} accepted, {stats['rejected']} rejected (calls without a token)\n"
+        f"  calls made before their token was due: {len(early)}; "
+        f"latest start after its turn: {max(o['late'] for o in outs) * 1000:.1f} ms\n"
+        f"  API calls: {stats['accepted']} accepted, {stats['rejected']} rejected (429)\n"
         f"  spacing: min {min(gaps):.3f} s, mean {statistics.mean(gaps):.3f} s, max {max(gaps):.3f} s\n"
         f"  reservations (TB.CONSUME calls): {reservations}; requeues: {requeues}; "
         f"worker processes that called: {len({o['pid'] for o in outs})}; all done in {elapsed:.1f} s"
     )
+    assert early == [], f"calls made before their token was due: {early}"
     assert stats["rejected"] == 0, f"the API answered 429 {stats['rejected']} times; gaps {gaps}"
     assert stats["accepted"] == TASKS and all(o["status"] == 200 for o in outs)
     assert min(gaps) >= 1 / RATE - TOLERANCE, gaps

@@ -41,6 +41,7 @@ its turn gives the turn back.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import time
 from typing import Any, Callable, TypeVar, cast
@@ -61,6 +62,8 @@ TURN_KWARG = "_tb_turn"
 #: Seconds before its turn a requeued task is woken (it sleeps the rest).
 DEFAULT_LEAD = 0.25
 
+_turn: contextvars.ContextVar[float | None] = contextvars.ContextVar("tb_turn", default=None)
+
 
 def rate_limited(
     bucket: TokenBucket, n: int = 1, *, max_wait: float | None = None, lead: float = DEFAULT_LEAD
@@ -79,15 +82,27 @@ def rate_limited(
             turn = kwargs.pop(TURN_KWARG, None)
             if turn is None:
                 wait = _reserve_or_requeue(bucket, n, max_wait, lead, kwargs)
+                turn = time.time() + wait
                 if wait > 0:
                     _sleep_to_turn(bucket, n, wait)
             else:
                 _sleep_to_turn(bucket, n, float(turn) - time.time())
-            return fn(*args, **kwargs)
+            token = _turn.set(float(turn))
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _turn.reset(token)
 
         return cast(F, wrapper)
 
     return decorate
+
+
+def current_turn() -> float | None:
+    """Inside a task body run by :func:`rate_limited`: the wall-clock time
+    (``time.time()``) at which its tokens were due. The body starts at or
+    after it; ``time.time() - current_turn()`` is how late."""
+    return _turn.get()
 
 
 def _reserve_or_requeue(
