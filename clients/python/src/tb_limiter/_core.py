@@ -294,7 +294,7 @@ def _acquire(server: ServerState, target: Any, timeout: float | None) -> Plan[An
             break
         if r.never or left is None or r.retry_after_ms > left:
             raise RateLimited(target.name(), r)
-        yield Sleep((r.retry_after_ms - used) / 1000)
+        yield Sleep(max(r.retry_after_ms - used, 1) / 1000)
     if r.retry_after_ms > 0:
         yield from sleep_or_give_back(server, r.retry_after, target.taken(r))
     return r
