@@ -108,8 +108,8 @@ def test_blocking_client_is_capped_by_its_socket_timeout(module_server: Server) 
     pool = redis.ConnectionPool(connection_class=TwoSeconds, host="127.0.0.1", port=module_server.port)
     lim = Limiter(module_server.client(), blocking_client=redis.Redis(connection_pool=pool))
     b = lim.bucket("rl:block", 2, 1)
-    b.consume()  # decides the backend: the module
     before = _blocked(module_server)
+    b.consume()  # decides the backend: the module
     start = time.monotonic()
     short = b.acquire(timeout=5)  # 0.5 s: BLOCK holds it
     assert short.allowed and short.retry_after_ms == 0, "the server held the reply"
