@@ -86,6 +86,13 @@ def test_acquire_waits_on_the_client(limiter: Limiter) -> None:
         limiter.bucket("rl:never", 1, 1).acquire(2)
 
 
+def test_no_server_side_wait_on_a_cluster(cluster: Cluster) -> None:
+    rc = RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    with pytest.raises(TypeError, match="single-node"):
+        Limiter(rc, blocking_client=cluster.nodes[0].client())
+    rc.close()
+
+
 def test_from_url(cluster: Cluster) -> None:
     cluster.flushall()
     with Limiter.from_url(cluster.url, cluster=True) as lim:

@@ -57,6 +57,9 @@ class AsyncLimiter:
             raise TypeError("AsyncLimiter takes a redis.asyncio client; use AsyncLimiter.from_url(url) for a URL")
         if blocking_client is not None and not isinstance(blocking_client, aredis.Redis):
             raise TypeError("blocking_client must be a redis.asyncio.Redis (server-side waits need one connection)")
+        if blocking_client is not None and isinstance(client, AsyncRedisCluster):
+            raise TypeError("blocking_client needs a single-node client: on a cluster, waits are reserved "
+                            "and slept on the client")
         self._setup(client, None, backend, blocking_client)
 
     def _setup(

@@ -57,6 +57,9 @@ class Limiter:
             raise TypeError("Limiter takes a redis client; use Limiter.from_url(url) for a URL")
         if blocking_client is not None and not isinstance(blocking_client, redis.Redis):
             raise TypeError("blocking_client must be a redis.Redis (server-side waits need one connection)")
+        if blocking_client is not None and isinstance(client, RedisCluster):
+            raise TypeError("blocking_client needs a single-node client: on a cluster, waits are reserved "
+                            "and slept on the client")
         self._setup(client, None, backend, blocking_client)
 
     def _setup(
