@@ -38,6 +38,8 @@ _LIMIT = re.compile(
     re.IGNORECASE,
 )
 _SEPARATORS = re.compile(r"[,;|]")
+#: The largest denominator of a rate's reduced fraction the module accepts.
+_MAX_RATE_DEN = 2**40
 #: The module's units, widest first (the exact spelling with the largest unit
 #: is the shortest).
 _MODULE_UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
@@ -126,20 +128,33 @@ def rate_arg(rate: RateLike) -> str:
 
 def fraction_arg(rate: Fraction) -> str:
     """An exact rate as the module's argument: a decimal per second, minute,
-    hour or day when one of them is exact (``5/3`` -> ``"100/m"``); else the
-    per-second decimal rounded down to 15 significant digits, never above
-    the rate asked for."""
+    hour or day when one of them is exact (``5/3`` -> ``"100/m"``). Else
+    (``1/month``) the closest such decimal at or below the rate whose
+    reduced fraction the module accepts (denominator at most 2^40): never
+    above the rate asked for, within a millionth of it for realistic rates."""
     if rate < 0:
         raise ValueError(f"rate must be non-negative, got {rate}")
     for unit, seconds in _MODULE_UNITS[::-1]:
-        per_unit = rate * seconds
-        text = _terminating_decimal(per_unit)
-        if text is not None:
+        text = _terminating_decimal(rate * seconds)
+        if text is not None and Fraction(text).denominator * seconds // math.gcd(
+            Fraction(text).numerator, seconds
+        ) <= _MAX_RATE_DEN:
             return text if unit == "s" else f"{text}/{unit}"
-    digits = 15
-    exponent = math.floor(math.log10(rate.numerator) - math.log10(rate.denominator)) - digits + 1
-    scaled = rate / Fraction(10) ** exponent
-    return format(Decimal(math.floor(scaled)).scaleb(exponent), "f")
+    best: tuple[Fraction, str] | None = None
+    for unit, seconds in _MODULE_UNITS:
+        per_unit = rate * seconds
+        for places in range(31):
+            scale = 10**places
+            numerator = per_unit.numerator * scale // per_unit.denominator
+            value = Fraction(numerator, scale * seconds)
+            if value.denominator > _MAX_RATE_DEN:
+                break
+            if numerator and (best is None or value > best[0]):
+                text = format(Decimal(numerator).scaleb(-places), "f")
+                best = (value, text if unit == "s" else f"{text}/{unit}")
+    if best is None:
+        raise ValueError(f"rate {rate} is too small for the module (below about 1e-12 per second)")
+    return best[1]
 
 
 def _terminating_decimal(x: Fraction) -> str | None:
