@@ -81,12 +81,8 @@ def pace_sync(
     bucket (blocking client). ``timeout`` bounds each chunk's wait
     (:class:`~tb_limiter.RateLimited` past it)."""
     size = chunk_size(buckets, chunk)
-    limiter = buckets[0].limiter
     for piece in rechunk(source, size):
-        if len(buckets) == 1:
-            buckets[0].acquire(len(piece), timeout=timeout)
-        else:
-            limiter.acquire_many([(b, len(piece)) for b in buckets], timeout=timeout)
+        take_sync(buckets, len(piece), timeout)
         yield piece
 
 
@@ -100,10 +96,28 @@ async def pace(
     bucket (asyncio). A cancelled stream gives back the chunk it was
     waiting for."""
     size = chunk_size(buckets, chunk)
-    limiter = buckets[0].limiter
     async for piece in arechunk(source, size):
-        if len(buckets) == 1:
-            await buckets[0].acquire(len(piece), timeout=timeout)
-        else:
-            await limiter.acquire_many([(b, len(piece)) for b in buckets], timeout=timeout)
+        await take(buckets, len(piece), timeout)
         yield piece
+
+
+# The one step that obtains a chunk's bytes. Fixed chunks today: one
+# reservation, then one sleep. When the server can grant a minimum size
+# (issue 13's chunked grants), this is where a stream asks for the rest of
+# its bytes with a chunk as the minimum, and sends what it is granted.
+
+
+def take_sync(buckets: Sequence[TokenBucket], n: int, timeout: float | None) -> None:
+    """Takes ``n`` bytes from every bucket at once, waiting for them."""
+    if len(buckets) == 1:
+        buckets[0].acquire(n, timeout=timeout)
+    else:
+        buckets[0].limiter.acquire_many([(b, n) for b in buckets], timeout=timeout)
+
+
+async def take(buckets: Sequence[AsyncTokenBucket], n: int, timeout: float | None) -> None:
+    """:func:`take_sync`, awaited."""
+    if len(buckets) == 1:
+        await buckets[0].acquire(n, timeout=timeout)
+    else:
+        await buckets[0].limiter.acquire_many([(b, n) for b in buckets], timeout=timeout)
