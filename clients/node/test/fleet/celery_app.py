@@ -1,11 +1,10 @@
 """The Celery side of the mixed-fleet test: a task that calls the same "API"
-as the BullMQ workers, through the same tb bucket, with the Python client.
-
-Each run reserves its turn (TB.CONSUME ... RESERVE, first come first served
-with the BullMQ jobs), requeues itself with the wait as its countdown when
-the turn is later, comes back LEAD seconds early and sleeps the rest; a
-denial (the backlog is longer than MAX_WAIT) takes nothing and asks again
-when half of the window has drained.
+as the BullMQ workers, through the same tb bucket, with the Python client's
+shipped Celery helper (``tb_limiter.celery.rate_limited``): each run
+reserves its turn (TB.CONSUME ... RESERVE, first come first served with the
+BullMQ jobs), requeues itself until the turn is due, and never calls
+without a token; a denial (the backlog is longer than MAX_WAIT) takes
+nothing and asks again later.
 
 Environment: TB_REDIS_URL, REFEREE_URL, RATE, MAX_WAIT_MS, TB_REPLIES_DIR
 (where each worker process writes the TB.CONSUME replies it saw, for the
@@ -25,15 +24,13 @@ from celery import Celery, current_task
 import redis
 
 from tb_limiter import Limiter
+from tb_limiter.celery import rate_limited
 
 REDIS_URL = os.environ["TB_REDIS_URL"]
 REFEREE_URL = os.environ["REFEREE_URL"]
 RATE = os.environ["RATE"]
 MAX_WAIT = int(os.environ["MAX_WAIT_MS"]) / 1000
 KEY = "api:shared"
-#: Celery runs countdown tasks a few ms late by varying amounts: come back
-#: this early and sleep the rest.
-LEAD = 0.25
 
 app = Celery("mixed", broker=REDIS_URL)
 app.conf.update(
@@ -77,28 +74,17 @@ def observe(execute_command: Any) -> Any:
 
 redis.Redis.execute_command = observe(redis.Redis.execute_command)  # type: ignore[method-assign]
 
-limiter = Limiter(REDIS_URL)  # made in the parent: each child connects on its own
+limiter = Limiter.from_url(REDIS_URL)  # made in the parent: each child connects on its own
 bucket = limiter.bucket(KEY, RATE, 1)
 
 
-@app.task(bind=True, max_retries=None)
-def call_api(self: Any, seq: int, due: float | None = None) -> int:
+@app.task
+@rate_limited(bucket, max_wait=MAX_WAIT)
+def call_api(seq: int) -> int:
     """One call of the API, with a token of the shared bucket."""
-    if due is None:
-        r = bucket.reserve(1, max_wait=MAX_WAIT)
-        if r.never:
-            raise ValueError("one call exceeds the bucket's capacity")
-        if not r.allowed:
-            # Not reserved: the backlog is longer than MAX_WAIT.
-            raise self.retry(countdown=max(0.001, r.retry_after - MAX_WAIT / 2), kwargs={"seq": seq})
-        if r.retry_after > LEAD:
-            due = time.time() + r.retry_after
-            raise self.retry(countdown=r.retry_after - LEAD, kwargs={"seq": seq, "due": due})
-        due = time.time() + r.retry_after
-    time.sleep(max(0.0, due - time.time()))
     start_ns = time.monotonic_ns()
     body = json.dumps({
-        "job": f"celery:{self.request.id}",
+        "job": f"celery:{current_task.request.id}",
         "tenant": "shared",
         "seq": seq,
         "startNs": str(start_ns),
