@@ -56,6 +56,13 @@ class NodeRedisConnection {
     return this.isCluster ? c.sendCommand(ks[0], false, args) : c.sendCommand(args);
   }
 
+  /** A command without keys, sent where `key` lives (SCRIPT LOAD in a cluster). */
+  sendTo(key, args) {
+    const c = this.client;
+    const k = prefixed(c._keyPrefix ?? c.options?.keyPrefix, key);
+    return this.isCluster ? c.sendCommand(k, false, args) : c.sendCommand(args);
+  }
+
   /**
    * A new connection for a server-side BLOCK: the same options, without a
    * socket or command timeout (the wait is bounded by the command itself).
@@ -87,19 +94,31 @@ class IoredisConnection {
       return c.call(...head, ...keys, ...tail);
     }
     const ks = keys.map((k) => prefixed(c.options?.keyPrefix, k));
-    // ioredis finds the keys only of commands it knows. `call` builds the
-    // command; this view of the client sets its keys before it is sent, so
-    // a Cluster routes it by its first key (without them it would go to any
-    // node and follow the MOVED reply, which still works).
+    return this._routed(ks, [...head, ...ks, ...tail]);
+  }
+
+  /** A command without keys, sent where `key` lives (SCRIPT LOAD in a cluster). */
+  sendTo(key, args) {
+    return this._routed([prefixed(this.client.options?.keyPrefix, key)], args);
+  }
+
+  /**
+   * ioredis finds the keys only of commands it knows. `call` builds the
+   * command; this view of the client sets its keys before it is sent, so a
+   * Cluster routes it by the first one (without them it would go to any
+   * node, and follow a MOVED reply if there is one).
+   */
+  _routed(keys, args) {
+    const c = this.client;
     const routed = Object.create(c, {
       sendCommand: {
         value(command, ...rest) {
-          command.keys = ks;
+          command.keys = keys;
           return c.sendCommand(command, ...rest);
         },
       },
     });
-    return c.call.call(routed, ...head, ...ks, ...tail);
+    return c.call.call(routed, ...args);
   }
 
   async duplicate() {

@@ -276,7 +276,8 @@ async function waitReserved(ms, signal, giveBack) {
  * `backend: 'auto'` (default) sends the module's commands and switches to the
  * Lua fallback when the server answers "unknown command" (no probe, no key,
  * no permission beyond the limiter's commands; the fallback needs EVALSHA,
- * EVAL and the commands the script calls). `'module'` or `'lua'` force one.
+ * EVAL or SCRIPT LOAD, and the commands the script calls). `'module'` or
+ * `'lua'` force one.
  *
  * `maxWaitMs` is the server's `tb.max-wait-ms` when known; otherwise the
  * limiter assumes the default (60 s) and learns the real value from the
@@ -352,6 +353,14 @@ export class Limiter {
     // runs it and caches it for the next EVALSHA.
     try {
       return await conn.send(['EVAL', SCRIPT, String(keys.length)], keys, tail);
+    } catch (e) {
+      if (!(isReplyError(e) && /^NOPERM.*'eval'/i.test(String(e.message)))) throw asCommandError(name, e);
+    }
+    // A user allowed EVALSHA and SCRIPT LOAD but not EVAL: load it on the
+    // node that serves the key, then run it.
+    try {
+      await conn.sendTo(keys[0], ['SCRIPT', 'LOAD', SCRIPT]);
+      return await conn.send(['EVALSHA', SCRIPT_SHA1, String(keys.length)], keys, tail);
     } catch (e) {
       throw asCommandError(name, e);
     }

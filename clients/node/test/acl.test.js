@@ -19,6 +19,9 @@ const USERS = {
   lua: 'limiter on >secret resetkeys ~rl:* resetchannels -@all +evalsha +eval +time +type +hmget +hset +del +persist +pexpireat +pttl',
 };
 
+// Without EVAL: the client loads the script with SCRIPT LOAD after a NOSCRIPT.
+const LUA_WITH_SCRIPT_LOAD = USERS.lua.replace('+eval ', '+script|load ');
+
 const env = servers();
 
 for (const lib of LIBRARIES) {
@@ -49,6 +52,27 @@ for (const lib of LIBRARIES) {
         // Keys outside rl:* are refused, whichever backend.
         await assert.rejects(limiter.bucket('other', 1, 3).consume(), (e) => e instanceof CommandError && /NOPERM/.test(e.message));
       });
+
+      if (backend === 'lua') {
+        test('a user allowed SCRIPT LOAD instead of EVAL', async (t) => {
+          const admin = env.admin(backend);
+          await admin.flushall();
+          await admin.script('FLUSH');
+          await admin.call('ACL', 'SETUSER', ...LUA_WITH_SCRIPT_LOAD.split(' '));
+          const auth = { username: 'limiter', password: 'secret', ...(lib.kind === 'ioredis' && { enableReadyCheck: false }) };
+          const client = await lib.connect(env.server(backend).port, auth);
+          const limiter = new Limiter(client);
+          t.after(async () => {
+            await limiter.close();
+            await lib.close(client);
+            await admin.call('ACL', 'DELUSER', 'limiter');
+          });
+          const b = limiter.bucket('rl:user:2', 1, 3);
+          assert.equal((await b.consume()).remaining, 2);
+          await admin.script('FLUSH');
+          assert.equal((await b.consume()).remaining, 1, 'loaded again after a SCRIPT FLUSH');
+        });
+      }
     });
   }
 }
