@@ -88,13 +88,10 @@ class IoredisConnection {
   }
 
   send(head, keys, tail) {
-    const c = this.client;
-    if (/^EVAL(SHA)?$/i.test(head[0])) {
-      // A command ioredis knows: it prefixes the keys and routes by them.
-      return c.call(...head, ...keys, ...tail);
-    }
-    const ks = keys.map((k) => prefixed(c.options?.keyPrefix, k));
-    return this._routed(ks, [...head, ...ks, ...tail]);
+    const ks = keys.map((k) => prefixed(this.client.options?.keyPrefix, k));
+    // EVALSHA and EVAL ioredis knows: it prefixes their keys itself.
+    const known = /^EVAL(SHA)?$/i.test(head[0]);
+    return this._routed(ks, [...head, ...(known ? keys : ks), ...tail]);
   }
 
   /** A command without keys, sent where `key` lives (SCRIPT LOAD in a cluster). */
@@ -106,11 +103,13 @@ class IoredisConnection {
    * ioredis finds the keys only of commands it knows. `call` builds the
    * command; this view of the client sets its keys before it is sent, so a
    * Cluster routes it by the first one (without them it would go to any
-   * node, and follow a MOVED reply if there is one).
+   * node, and follow a MOVED reply if there is one). Auto-pipelining is off
+   * in this view: its batches are routed by the keys ioredis finds.
    */
   _routed(keys, args) {
     const c = this.client;
     const routed = Object.create(c, {
+      options: { value: { ...c.options, enableAutoPipelining: false } },
       sendCommand: {
         value(command, ...rest) {
           command.keys = keys;

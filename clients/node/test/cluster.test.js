@@ -62,6 +62,22 @@ for (const lib of LIBRARIES) {
         assert.equal(await cluster.redirections(), 0, 'no MOVED: every command went to its key\'s node');
       });
 
+      if (lib.kind === 'ioredis') {
+        test('with auto-pipelining too (it batches by the keys ioredis knows)', async (t) => {
+          const piped = await lib.connectCluster(cluster.ports, { enableAutoPipelining: true, keyPrefix: 'ap:' });
+          const pl = new Limiter(piped);
+          t.after(async () => {
+            await pl.close();
+            await lib.close(piped);
+          });
+          const keys = ['{a}p', '{b}p', '{c}p', '{a}q', '{b}q', '{c}q'];
+          const rs = await Promise.all(keys.flatMap((k) => [1, 2].map(() => pl.bucket(k, FROZEN, 5).consume())));
+          assert.deepEqual(rs.map((r) => r.remaining).sort(), Array(6).fill(3).concat(Array(6).fill(4)).sort());
+          for (const k of keys) assert.equal(await (await cluster.adminFor(`ap:${k}`)).exists(`ap:${k}`), 1, k);
+          assert.equal(await cluster.redirections(), 0);
+        });
+      }
+
       test('keys in different slots: CROSSSLOT, nothing changes', async () => {
         const parts = [[limiter.bucket(KEYS[0], FROZEN, 5), 1], [limiter.bucket(KEYS[1], FROZEN, 5), 1]];
         await assert.rejects(limiter.consumeMany(parts), (e) => e instanceof CommandError && /^CROSSSLOT/.test(e.message));

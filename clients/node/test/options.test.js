@@ -51,6 +51,16 @@ for (const lib of LIBRARIES) {
         assert.equal(await admin.exists('k'), 0);
         assert.equal((await b.info()).capacity, 5);
         assert.equal(await b.refund(1), 4);
+        if (lib.kind === 'ioredis') {
+          // Auto-pipelining batches commands; the prefix still applies once.
+          const piped = await lib.connect(env.server(backend).port, { ...prefixOption(lib), enableAutoPipelining: true });
+          const pl = new Limiter(piped);
+          const rs = await Promise.all([1, 2, 3].map(() => pl.bucket('k', FROZEN, 5).consume()));
+          assert.deepEqual(rs.map((r) => r.remaining).sort(), [1, 2, 3], 'the same bucket as above (4 tokens)');
+          await pl.close();
+          await lib.close(piped);
+          assert.equal(await admin.exists('app:app:k', 'k'), 0);
+        }
         const other = limiter.bucket('{t}j', FROZEN, 5);
         const many = await limiter.consumeMany([[limiter.bucket('{t}i', FROZEN, 5), 1], [other, 1]]);
         assert.deepEqual(many.remaining, [4, 4]);
