@@ -93,8 +93,8 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     r.array(2 + k);
     r.int(i64::from(o.allowed));
     r.int(o.retry_after_ms);
-    for b in &o.buckets {
-        r.int(b.whole_tokens() as i64);
+    for &left in &o.remaining {
+        r.int(left as i64);
     }
     Ok(())
 }
