@@ -149,7 +149,7 @@ impl Digits {
 /// range has (it divides `unit * num`).
 fn reduce(mut d: Digits, exp10: i64, unit_secs: u128) -> Option<Rate> {
     let (mut twos, mut fives) = (exp10, exp10);
-    while d.last() % 2 == 0 {
+    while d.last().is_multiple_of(2) {
         d.divide(2);
         twos += 1;
     }
