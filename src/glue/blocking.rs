@@ -4,10 +4,10 @@
 //! itself, before the client blocks; blocking only delays the reply. So the
 //! reply callback never writes or replicates, which keeps clear of the Redis
 //! 7.0.15 crash with writes in blocked-client callbacks, and FIFO order is the
-//! order of the reservations. The waker thread ([`super::waker`]) unblocks
-//! the client when its reservation is due, after the promised wait in real
-//! (monotonic) time whatever the wall clock does meanwhile; other clients
-//! are never delayed. A client that
+//! order of the reservations. A timer unblocks the client when its
+//! reservation is due, after the promised wait in real time whatever the
+//! wall clock does meanwhile (a monotonic timer, [`super::waker`]); other
+//! clients are never delayed. A client that
 //! disconnects while waiting (or that Redis unblocks, as when a master turns
 //! replica) keeps its reservation: the tokens stay taken; it stops counting
 //! as blocked at once.
@@ -16,7 +16,7 @@ use std::cell::RefCell;
 use std::collections::HashSet;
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis_module::raw;
 
@@ -40,10 +40,9 @@ pub fn can_block(ctx: *mut raw::RedisModuleCtx) -> bool {
 
 thread_local! {
     /// Blocked clients still waiting for their timer, by handle address.
-    /// Only the main thread touches it (blocking, the reply callback, the
-    /// disconnect callback). A handle stays allocated until Redis has run
-    /// one of those callbacks for it, so an address cannot be reused while
-    /// it is in this set.
+    /// Only the main thread blocks and unblocks clients. A handle stays
+    /// allocated until `unblock` hands it back to Redis, so an address cannot
+    /// be reused while it is in this set.
     static WAITING: RefCell<HashSet<usize>> = RefCell::new(HashSet::new());
 }
 
@@ -64,12 +63,11 @@ pub fn has_room() -> bool {
 /// Blocks the calling client for `wait_ms`, then replies `due`. Returns false
 /// if Redis refused to block the client (the caller then replies itself).
 pub fn block_for(ctx: *mut raw::RedisModuleCtx, wait_ms: i64, due: Due) -> bool {
-    let wake_at = Instant::now() + Duration::from_millis(wait_ms.max(0) as u64);
     if !waker::start() {
         return false;
     }
     // SAFETY: ctx is the live context of the current command; the callbacks
-    // match the signatures Redis expects; no timeout (the waker unblocks).
+    // match the signatures Redis expects; no timeout (the timer unblocks).
     let bc = unsafe {
         raw::RedisModule_BlockClient.unwrap()(ctx, Some(reply_due), None, Some(free_due), 0)
     };
@@ -81,15 +79,37 @@ pub fn block_for(ctx: *mut raw::RedisModuleCtx, wait_ms: i64, due: Due) -> bool 
     WAITING.with(|w| w.borrow_mut().insert(bc as usize));
     stats::BLOCKED_NOW.fetch_add(1, Ordering::Relaxed);
     stats::BLOCKED_TOTAL.add(1);
-    // Redis passes the Due to reply_due and then free_due, even if the
-    // client disconnected meanwhile.
-    waker::schedule(bc, wake_at, Box::into_raw(Box::new(due)).cast());
+    waker::create(
+        Duration::from_millis(wait_ms.max(0) as u64),
+        unblock,
+        Box::into_raw(Box::new(Waiter { bc, due })).cast(),
+    );
     true
 }
 
+/// A blocked client waiting for its timer.
+struct Waiter {
+    bc: *mut raw::RedisModuleBlockedClient,
+    due: Due,
+}
+
+fn unblock(data: *mut c_void) {
+    guard((), || {
+        // SAFETY: `data` is the Box<Waiter> leaked in `block_for`; a timer
+        // runs once.
+        let w = unsafe { *Box::from_raw(data.cast::<Waiter>()) };
+        let privdata = Box::into_raw(Box::new(w.due));
+        release(w.bc);
+        // SAFETY: bc came from RedisModule_BlockClient and is unblocked exactly
+        // once, here; Redis passes privdata to reply_due and then free_due,
+        // even if the client disconnected meanwhile.
+        unsafe { raw::RedisModule_UnblockClient.unwrap()(w.bc, privdata.cast()) };
+    })
+}
+
 /// Redis released the client before its reservation was due (it
-/// disconnected, or was unblocked by a role change). The waker still
-/// unblocks the handle later, as Redis requires.
+/// disconnected, or was unblocked by a role change). The timer still calls
+/// `unblock` later, as Redis requires.
 extern "C" fn disconnected(_ctx: *mut raw::RedisModuleCtx, bc: *mut raw::RedisModuleBlockedClient) {
     guard((), || {
         release(bc);
@@ -102,10 +122,9 @@ extern "C" fn reply_due(
     _argc: c_int,
 ) -> c_int {
     guard((), || {
-        // SAFETY: ctx is the reply context of a client blocked by `block_for`.
-        release(unsafe { raw::RedisModule_GetBlockedClientHandle.unwrap()(ctx) });
-        // SAFETY: the private data is the Due scheduled by `block_for` (or
-        // NULL), alive until free_due runs after this callback.
+        // SAFETY: ctx is the reply context of a client blocked by `block_for`;
+        // its private data is the Due set by `unblock` (or NULL), alive until
+        // free_due runs after this callback.
         let due = unsafe {
             raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx)
                 .cast::<Due>()
@@ -122,7 +141,7 @@ extern "C" fn reply_due(
 extern "C" fn free_due(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {
     guard((), || {
         if !privdata.is_null() {
-            // SAFETY: privdata is the Box<Due> leaked in `block_for`, freed once.
+            // SAFETY: privdata is the Box<Due> leaked in `unblock`, freed once.
             drop(unsafe { Box::from_raw(privdata.cast::<Due>()) });
         }
     })
