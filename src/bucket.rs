@@ -99,6 +99,13 @@ impl Rate {
         })
     }
 
+    /// The rate `num / den` as it is, for a fraction known to be reduced and
+    /// in bounds (read back from this module's own packed form): no check,
+    /// no gcd on the hot path.
+    pub(crate) fn from_reduced(num: u64, den: u64) -> Rate {
+        Rate { num, den }
+    }
+
     /// Numerator of the reduced fraction.
     pub fn num(self) -> u64 {
         self.num
@@ -647,126 +654,6 @@ pub fn refund(stored: Option<&Bucket>, n: u64, now_us: i64) -> Option<Bucket> {
     Some(b)
 }
 
-/// The compact binary form of a bucket's absolute state, as replicated and
-/// written to the AOF by `TB.SETSTATE key state`.
-///
-/// Layout: the tag byte [`wire::TAG`], then six unsigned LEB128 varints:
-/// zigzag(tokens), zigzag(updated_us), rate numerator, rate denominator,
-/// capacity, and the expiry: 0 for none, else `1 + zigzag(expire_at_ms -
-/// floor(updated_us / 1000))`. A typical state takes about 20 bytes instead of
-/// the ~85 of six decimal arguments, which halves the replication stream per
-/// write. The encoding is lossless; decoding rejects truncated, overlong or
-/// trailing input.
-pub mod wire {
-    use super::{Bucket, Rate};
-
-    /// First byte of an encoded state (format version 1). Never an ASCII digit
-    /// or `-`, so it cannot be mistaken for the decimal form's first field.
-    pub const TAG: u8 = 0x01;
-    /// Longest encoding: the tag, a 128-bit varint and five 64-bit ones.
-    pub const MAX_LEN: usize = 1 + 19 + 5 * 10;
-
-    fn zigzag(v: i128) -> u128 {
-        ((v << 1) ^ (v >> 127)) as u128
-    }
-
-    fn unzigzag(v: u128) -> i128 {
-        (v >> 1) as i128 ^ -((v & 1) as i128)
-    }
-
-    fn put(out: &mut [u8; MAX_LEN], len: &mut usize, mut v: u128) {
-        while v >= 0x80 {
-            out[*len] = (v as u8) | 0x80;
-            *len += 1;
-            v >>= 7;
-        }
-        out[*len] = v as u8;
-        *len += 1;
-    }
-
-    /// Reads one varint of at most `max_bits` bits, advancing `input`.
-    fn take(input: &mut &[u8], max_bits: u32) -> Option<u128> {
-        let mut v: u128 = 0;
-        let mut shift = 0u32;
-        loop {
-            let (&byte, rest) = input.split_first()?;
-            *input = rest;
-            let bits = u128::from(byte & 0x7f);
-            if shift >= max_bits
-                || (shift > 0 && byte == 0)
-                || bits.checked_shr(max_bits - shift).unwrap_or(0) != 0
-            {
-                return None; // too long, overlong (trailing zero byte), or too large
-            }
-            v |= bits << shift;
-            if byte & 0x80 == 0 {
-                return Some(v);
-            }
-            shift += 7;
-        }
-    }
-
-    /// Encodes `b` with its key's absolute expiry in ms (0: none) into `out`;
-    /// returns the length used.
-    pub fn encode(b: &Bucket, expire_at_ms: i64, out: &mut [u8; MAX_LEN]) -> usize {
-        let mut len = 0;
-        out[len] = TAG;
-        len += 1;
-        put(out, &mut len, zigzag(b.tokens));
-        put(out, &mut len, zigzag(i128::from(b.updated_us)));
-        put(out, &mut len, u128::from(b.rate.num()));
-        put(out, &mut len, u128::from(b.rate.den()));
-        put(out, &mut len, u128::from(b.capacity));
-        let expiry = if expire_at_ms == 0 {
-            0
-        } else {
-            let base = i128::from(b.updated_us.div_euclid(1000));
-            1 + zigzag(i128::from(expire_at_ms) - base)
-        };
-        put(out, &mut len, expiry);
-        len
-    }
-
-    /// Decodes a state written by [`encode`]: the bucket and the absolute
-    /// expiry in ms (0: none). `None` for anything else, including a state
-    /// that breaks the bucket invariants or a negative expiry.
-    pub fn decode(bytes: &[u8]) -> Option<(Bucket, i64)> {
-        let (&tag, mut input) = bytes.split_first()?;
-        if tag != TAG {
-            return None;
-        }
-        let tokens = unzigzag(take(&mut input, 128)?);
-        let updated_us = i64::try_from(unzigzag(take(&mut input, 64)?)).ok()?;
-        let num = take(&mut input, 64)?;
-        let den = take(&mut input, 64)?;
-        let capacity = u64::try_from(take(&mut input, 64)?).ok()?;
-        let expiry = take(&mut input, 66)?;
-        if !input.is_empty() {
-            return None;
-        }
-        let expire_at_ms = if expiry == 0 {
-            0
-        } else {
-            let base = i128::from(updated_us.div_euclid(1000));
-            let at = i64::try_from(base + unzigzag(expiry - 1)).ok()?;
-            if at <= 0 {
-                return None;
-            }
-            at
-        };
-        let rate = Rate::new(num, den)?;
-        let b = Bucket {
-            tokens,
-            updated_us,
-            rate,
-            capacity,
-        };
-        // An unreduced rate would not round-trip: reject it.
-        let canonical = u128::from(rate.num()) == num && u128::from(rate.den()) == den;
-        (canonical && b.is_valid()).then_some((b, expire_at_ms))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1244,78 +1131,7 @@ mod tests {
         ]
     }
 
-    #[test]
-    fn wire_state_is_compact_and_strict() {
-        let mut b = Bucket::full(lim(10, 1, 100), 1_795_238_169_873_123);
-        b.tokens = 98_140_000_123;
-        let at = 1_795_238_170_059;
-        let mut buf = [0u8; wire::MAX_LEN];
-        let len = wire::encode(&b, at, &mut buf);
-        assert!(len <= 20, "typical state in {len} bytes");
-        assert_eq!(wire::decode(&buf[..len]), Some((b, at)));
-        let none = wire::encode(&b, 0, &mut buf);
-        assert_eq!(wire::decode(&buf[..none]), Some((b, 0)));
-        let len = wire::encode(&b, at, &mut buf);
-        let good = buf[..len].to_vec();
-        for cut in 0..len {
-            assert_eq!(wire::decode(&good[..cut]), None, "truncated at {cut}");
-        }
-        let mut trailing = good.clone();
-        trailing.push(0);
-        assert_eq!(wire::decode(&trailing), None, "trailing byte");
-        let mut tag = good.clone();
-        tag[0] = b'9';
-        assert_eq!(wire::decode(&tag), None, "decimal first byte");
-        // An overlong varint (a continuation ending in a zero byte) is refused.
-        let mut overlong = vec![wire::TAG, 0x80, 0x00];
-        overlong.extend_from_slice(&good[2..]);
-        assert_eq!(wire::decode(&overlong), None, "overlong");
-        // An unreduced rate (2/2) and an impossible state are refused.
-        let mut unreduced = vec![wire::TAG, 0, 0, 2, 2, 5, 0];
-        assert_eq!(wire::decode(&unreduced), None, "unreduced rate");
-        unreduced[3] = 1;
-        unreduced[4] = 1;
-        assert!(wire::decode(&unreduced).is_some(), "same state, reduced");
-        let mut over = b;
-        over.tokens = over.cap_nanos() + 1;
-        let len = wire::encode(&over, at, &mut buf);
-        assert_eq!(wire::decode(&buf[..len]), None, "tokens above capacity");
-        // 64-bit fields must fit.
-        let mut huge = vec![wire::TAG, 0, 0, 1, 1];
-        huge.extend_from_slice(&[0xff; 9]);
-        huge.extend_from_slice(&[0x7f, 0]);
-        assert_eq!(wire::decode(&huge), None, "capacity above 64 bits");
-    }
-
     proptest! {
-        /// The wire form round-trips every valid state and expiry exactly.
-        #[test]
-        fn wire_state_round_trips(
-            l in arb_limits(),
-            tokens in prop_oneof![-(1i128 << 99)..(1i128 << 84), Just(0i128)],
-            updated_us in prop_oneof![any::<i64>(), 0i64..(1i64 << 53)],
-            at in prop_oneof![Just(0i64), 1i64..(1i64 << 53), 1i64..i64::MAX],
-        ) {
-            let mut b = Bucket::full(l, updated_us);
-            b.tokens = tokens.min(b.cap_nanos());
-            let mut buf = [0u8; wire::MAX_LEN];
-            let len = wire::encode(&b, at, &mut buf);
-            prop_assert_eq!(wire::decode(&buf[..len]), Some((b, at)));
-        }
-
-        /// Decoding arbitrary bytes never panics, and whatever it accepts
-        /// re-encodes to the same bytes.
-        #[test]
-        fn wire_decode_is_canonical(bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
-            let mut input = bytes.clone();
-            input.insert(0, wire::TAG);
-            if let Some((b, at)) = wire::decode(&input) {
-                let mut buf = [0u8; wire::MAX_LEN];
-                let len = wire::encode(&b, at, &mut buf);
-                prop_assert_eq!(&buf[..len], &input[..]);
-            }
-        }
-
         /// Over any window T, the tokens granted without waiting never exceed
         /// capacity + rate * T, and reserved tokens never exceed what refills
         /// by the time the caller was told to proceed.
