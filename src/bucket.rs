@@ -127,10 +127,13 @@ impl Rate {
     /// At most `den` (2^40 µs, about 12.7 days); 1 for rate 0 and for every
     /// rate whose denominator divides `num * 1000` (`10`, `0.5`, `1e-3`).
     pub fn exact_period_us(self) -> u64 {
-        let den = u128::from(self.den);
-        // gcd(x mod den, den) = gcd(x, den); gcd(0, den) = den.
-        let g = gcd(u128::from(self.num) * 1000 % den, den);
-        (den / g) as u64
+        // gcd(x mod den, den) = gcd(x, den), and gcd(0, den) = den; every
+        // step fits a u64 (den <= 2^40).
+        let (mut a, mut b) = (self.den, self.num % self.den * 1000 % self.den);
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        self.den / a
     }
 
     /// Nano-tokens refilled over `us` microseconds, rounded down (exact
@@ -307,8 +310,18 @@ impl Bucket {
         }
         let elapsed = now_us.abs_diff(self.updated_us);
         let cap = self.cap_nanos();
-        if self.rate.refill_nanos(elapsed) >= (cap - self.tokens) as u128 {
+        // elapsed * num * 1000 < 2^127: no overflow.
+        let product = u128::from(elapsed) * u128::from(self.rate.num) * 1000;
+        let den = u128::from(self.rate.den);
+        let add = product / den;
+        if add >= (cap - self.tokens) as u128 {
             self.tokens = cap;
+            self.updated_us = now_us;
+            return;
+        }
+        if product % den == 0 {
+            // Whole already (always so when den divides num * 1000).
+            self.tokens += add as i128;
             self.updated_us = now_us;
             return;
         }
@@ -684,6 +697,30 @@ mod tests {
         assert!(Rate::new(MAX_RATE_NUM as u128 + 1, 1).is_none());
         assert!(Rate::new(1, MAX_RATE_DEN as u128 + 1).is_none());
         assert!(Rate::new(2, 2 * MAX_RATE_DEN as u128).is_some());
+    }
+
+    #[test]
+    fn exact_periods() {
+        let period = |num, den| Rate::new(num, den).unwrap().exact_period_us();
+        assert_eq!(period(10, 1), 1);
+        assert_eq!(period(1, 1000), 1, "1e-3/s: a nano-token a microsecond");
+        assert_eq!(period(5, 3), 3, "100/m: 5000/3 nano-tokens a microsecond");
+        assert_eq!(period(1, 3600), 18, "1/h");
+        assert_eq!(period(7, 86_400), 432, "7/d");
+        assert_eq!(
+            period(1, 1_000_000_000_000),
+            1_000_000_000,
+            "1e-12/s: 1000 s"
+        );
+        assert_eq!(period(1, MAX_RATE_DEN as u128), 1 << 37);
+        assert_eq!(Rate::ZERO.exact_period_us(), 1);
+        // The refill over one period is whole, over less it is not.
+        for (num, den) in [(5u128, 3u128), (7, 86_400), (123_456_789, 1_000_000)] {
+            let r = Rate::new(num, den).unwrap();
+            let p = r.exact_period_us() as u128;
+            assert_eq!(p * num * 1000 % den, 0);
+            assert!((1..p).all(|e| e * num * 1000 % den != 0));
+        }
     }
 
     #[test]
