@@ -9,6 +9,13 @@
 //! Every decoder refuses anything that is not a valid state, so corrupt
 //! input never becomes a bucket; the fuzz target `state_codecs` round-trips
 //! all of them.
+//!
+//! Room for more state (a bounded list of leases per bucket, issue 13): such
+//! a state gets a new wire tag, with the extra fields after those of tag 1.
+//! RDB version 2 saves whatever the wire form is, so RDB, `DUMP`, the AOF
+//! and replication carry it with no new format of their own; the glue holds
+//! such states in its wide form (the packed form is for the bucket alone),
+//! and the digest adds the extra fields.
 
 /// The compact binary form of a bucket's absolute state, as replicated and
 /// written to the AOF by `TB.SETSTATE key state`.
