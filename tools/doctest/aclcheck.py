@@ -180,7 +180,7 @@ def _key_pattern(admin: redis.Redis, user: str) -> str:
     if info is None:
         raise AssertionError(f"the block did not create ACL user {user!r}")
     keys = info.get("keys")
-    text = " ".join(keys) if isinstance(keys, list) else str(keys or "")
+    text = " ".join(map(str, keys)) if isinstance(keys, list) else str(keys or "")
     m = re.search(r"~(\S+)", text)
     if not m:
         raise AssertionError(f"ACL user {user!r} has no key pattern ({text!r})")

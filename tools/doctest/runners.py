@@ -315,8 +315,8 @@ def check_conf(ctx: Context) -> None:
         if name not in {k.decode() if isinstance(k, bytes) else k for k in got}:
             problems.append(f"{name}: CONFIG GET does not know it")
             continue
-        value = next(iter(got.values()))
-        value = value.decode() if isinstance(value, bytes) else value
+        raw = next(iter(got.values()))
+        value = raw.decode() if isinstance(raw, bytes) else str(raw)
         if _normalize(value) != _normalize(" ".join(words[1:])):
             problems.append(f"{name}: the block sets {' '.join(words[1:])!r}, the server has {value!r}")
     if problems:

@@ -6,6 +6,7 @@ verdict, so a harness that passed everything would fail here.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -133,13 +134,13 @@ def timing(slack_ms: float) -> transcript.Timing:
         (transcript.Countdown(1), "(integer) 1000", "(integer) 1001", 0, False),
         (transcript.Countdown(1), "(integer) -1", "(integer) 0", 50, False),
         (transcript.Countdown(1000), "(integer) 2", "(integer) 1", 10, True),
-        (transcript.Tokens(transcript.Fraction(1)), '"4"', '"4.013"', 12, True),
-        (transcript.Tokens(transcript.Fraction(1)), '"4"', '"4.5"', 12, False),
-        (transcript.Tokens(transcript.Fraction(1)), '"4"', '"3.999"', 12, False),
-        (transcript.Tokens(transcript.Fraction(10)), "(integer) 4", "(integer) 5", 99, True),
-        (transcript.Tokens(transcript.Fraction(10)), "(integer) 4", "(integer) 5", 50, False),
-        (transcript.Tokens(transcript.Fraction(10)), "(integer) 4", "(integer) 6", 150, False),
-        (transcript.Tokens(transcript.Fraction(10)), "(integer) 4", '"4"', 0, False),
+        (transcript.Tokens(Fraction(1)), '"4"', '"4.013"', 12, True),
+        (transcript.Tokens(Fraction(1)), '"4"', '"4.5"', 12, False),
+        (transcript.Tokens(Fraction(1)), '"4"', '"3.999"', 12, False),
+        (transcript.Tokens(Fraction(10)), "(integer) 4", "(integer) 5", 99, True),
+        (transcript.Tokens(Fraction(10)), "(integer) 4", "(integer) 5", 50, False),
+        (transcript.Tokens(Fraction(10)), "(integer) 4", "(integer) 6", 150, False),
+        (transcript.Tokens(Fraction(10)), "(integer) 4", '"4"', 0, False),
         (transcript.Clock(), "(integer) 1", "(integer) 1000050", 0, True),
         (transcript.Clock(), "(integer) 1", "(integer) 1000200", 0, False),
     ],
