@@ -103,6 +103,10 @@ def prepare_env(ctx: Context) -> None:
     env["TMPDIR"] = str(ctx.scratch)
     if ctx.server is not None:
         env["REDIS_URL"] = ctx.server.url
+        user = run_as(ctx.block)
+        if user:
+            password = aclcheck._password(ctx.acl_blocks[user].text, user)
+            env["REDIS_URL"] = f"redis://{user}:{password}@127.0.0.1:{ctx.server.port}/0"
         env["REDIS_PORT"] = str(ctx.server.port)
         wrapper = bin_dir / "redis-cli"
         # Port first: a -p in the block (already rewritten) comes later and wins.

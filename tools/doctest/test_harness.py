@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 from pathlib import Path
+import sys
 
 import pytest
 
@@ -180,3 +181,48 @@ def test_a_denylist_leaks_what_the_readme_says(binary: str, rules: str) -> None:
         assert f"{leak}" in report and "was allowed" in report, (leak, report)
     if rules.startswith("+@all -tb"):
         assert "CONFIG SET tb.max-wait-ms 1 was allowed" in report
+
+
+# --- setup directives -------------------------------------------------------
+
+ACL_CONF = (
+    "<!-- doctest: acl=app::del -->\n```conf\nuser app on >pw resetkeys ~rl:* "
+    "resetchannels -@all +tb.consume\n```\n\n"
+)
+
+
+def test_a_block_runs_as_the_user_of_an_acl_block(tmp_path: Path) -> None:
+    as_app = (
+        "<!-- doctest: user=app -->\n```python\nimport os, redis\n"
+        "for key, url in (('rl:a', 'redis://127.0.0.1:6379/0'), ('rl:b', os.environ['REDIS_URL'])):\n"
+        "    r = redis.Redis.from_url(url)\n"
+        "    assert r.execute_command('TB.CONSUME', key, '1', '1')[0] == 1\n"
+        "    try:\n"
+        "        r.delete(key)\n"
+        "    except redis.exceptions.NoPermissionError:\n"
+        "        pass\n"
+        "    else:\n"
+        "        raise SystemExit('DEL was allowed')\n```\n"
+    )
+    run(tmp_path, ACL_CONF + as_app)
+
+
+def test_an_acl_claim_that_does_not_hold_fails(tmp_path: Path) -> None:
+    with pytest.raises(AssertionError, match="TB.MCONSUME .* was refused"):
+        run(tmp_path, ACL_CONF.replace("app::del", "app:limiter:del"))
+
+
+def test_the_lua_server_has_no_module(tmp_path: Path) -> None:
+    run(tmp_path, "<!-- doctest: server=lua -->\n```console\n$ redis-cli TB.INFO k\n"
+        "(error) ERR unknown command 'TB.INFO', with args beginning with: 'k' \n```\n")
+
+
+def test_a_file_block_is_there_for_later_blocks(tmp_path: Path) -> None:
+    run(tmp_path, "<!-- doctest: file=limits.txt -->\n```text\n5/s\n```\n\n"
+        "```sh\ntest \"$(cat \"$TMPDIR/limits.txt\")\" = 5/s\n```\n")
+
+
+def test_serve_runs_the_first_line_in_the_background(tmp_path: Path) -> None:
+    run(tmp_path, "<!-- doctest: serve=8000 -->\n```sh\n"
+        f"{sys.executable} -m http.server 8000 --bind 127.0.0.1 --directory \"$TMPDIR\"\n"
+        "curl -sf http://127.0.0.1:8000/ >/dev/null\n```\n")
