@@ -35,9 +35,10 @@ DIRECTIVES: dict[str, str] = {
     "compiles and runs",
     "file": "file=NAME: the block is the file NAME, written into the scratch directory "
     "of every later block of the same document (one of which must use it)",
-    "servers": "servers=all: run on every server of TEST_SERVERS, not just the first",
-    "server": "server=lua: a server without the module (the Lua fallback); "
-    "server=none: no server",
+    "servers": "servers=all: run on every server of TEST_SERVERS, not just the first "
+    "(the default for console blocks; servers=first runs one of those on the first only)",
+    "server": "server=lua: a server without the module (the Lua fallback); server=cluster: "
+    "a three-master cluster (6379 in the block is its first node); server=none: no server",
     "config": 'config="NAME VALUE; NAME VALUE": extra redis.conf lines for the server',
     "serve": "serve=PORT: the block's first line starts a server that runs until Ctrl-C on "
     "PORT; it runs in the background on a free port put in place of PORT (also $PORT) "

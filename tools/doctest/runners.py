@@ -57,6 +57,8 @@ class Context:
     #: Earlier acl blocks of the same document, by user name.
     acl_blocks: dict[str, Block] = field(default_factory=dict)
     server: servers.Server | None = None
+    #: With ``server=cluster``, every node (``server`` is the first).
+    nodes: list[servers.Server] = field(default_factory=list)
     scratch: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tb-doc-")))
     env: dict[str, str] = field(default_factory=dict)
 
@@ -401,8 +403,8 @@ def start_server(ctx: Context) -> None:
     kind = b.opts.get("server", "module")
     if kind == "none":
         return
-    if kind not in ("module", "lua"):
-        raise Failure(f"unknown server={kind} (module, lua or none)")
+    if kind not in ("module", "lua", "cluster"):
+        raise Failure(f"unknown server={kind} (module, lua, cluster or none)")
     conf = "\n".join(line.strip() for line in b.opts.get("config", "").split(";"))
     user = run_as(b)
     if user:
@@ -415,7 +417,11 @@ def start_server(ctx: Context) -> None:
     conf += "\n" + aclcheck.ADMIN_CONF
     if b.acl:
         conf += "\n" + aclcheck.UNPROTECTED_CONF
-    ctx.server = servers.start(ctx.binary, module=kind == "module", conf_text=conf)
+    if kind == "cluster":
+        ctx.nodes = servers.start_cluster(ctx.binary, conf_text=conf)
+        ctx.server = ctx.nodes[0]
+    else:
+        ctx.server = servers.start(ctx.binary, module=kind == "module", conf_text=conf)
 
 
 def run_block(ctx: Context) -> None:
@@ -443,8 +449,8 @@ def run_block(ctx: Context) -> None:
         for user, allows, denies in b.acl:
             aclcheck.check(ctx.port, b.text, user, allows, denies)
     finally:
-        if ctx.server is not None:
-            servers.stop(ctx.server)
+        for node in ctx.nodes or ([ctx.server] if ctx.server else []):
+            servers.stop(node)
         shutil.rmtree(ctx.scratch, ignore_errors=True)
 
 

@@ -226,3 +226,12 @@ def test_serve_runs_the_first_line_in_the_background(tmp_path: Path) -> None:
     run(tmp_path, "<!-- doctest: serve=8000 -->\n```sh\n"
         f"{sys.executable} -m http.server 8000 --bind 127.0.0.1 --directory \"$TMPDIR\"\n"
         "curl -sf http://127.0.0.1:8000/ >/dev/null\n```\n")
+
+
+def test_a_cluster_block_runs_on_a_cluster(tmp_path: Path) -> None:
+    run(tmp_path, "<!-- doctest: server=cluster -->\n```python\n"
+        "from redis.cluster import RedisCluster\n"
+        "rc = RedisCluster.from_url('redis://127.0.0.1:6379/0')\n"
+        "assert len(rc.get_primaries()) == 3\n"
+        "for t in 'abcdefgh':\n"
+        "    assert rc.execute_command('TB.CONSUME', '{' + t + '}:k', '1', '1')[0] == 1\n```\n")
