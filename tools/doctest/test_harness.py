@@ -235,3 +235,12 @@ def test_a_cluster_block_runs_on_a_cluster(tmp_path: Path) -> None:
         "assert len(rc.get_primaries()) == 3\n"
         "for t in 'abcdefgh':\n"
         "    assert rc.execute_command('TB.CONSUME', '{' + t + '}:k', '1', '1')[0] == 1\n```\n")
+
+
+def test_a_user_without_keys_is_checked_too(tmp_path: Path) -> None:
+    """A user with no key pattern (a metrics exporter allowed INFO and EVAL)
+    is tried on keys it cannot reach; the scripts it may run are refused
+    every command on them."""
+    run(tmp_path, "<!-- doctest: acl=exporter::tamper -->\n```conf\n"
+        "user exporter on >pw resetkeys resetchannels -@all +info +eval\n"
+        "user default on >admin ~* &* +@all\n```\n")
