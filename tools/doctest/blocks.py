@@ -29,10 +29,11 @@ DIRECTIVES: dict[str, str] = {
     "differ by N% of the one shown (for measurements)",
     "part": "see output",
     "tolerance": "see output",
-    "dry-run": "sh: checked (bash -n, and `make -n` for each make line) but not run: "
-    "for commands that never end or that run this harness",
-    "excerpt": "excerpt=FILE: the block is a verbatim excerpt of FILE, which make test "
-    "compiles and runs",
+    "dry-run": "sh: checked but not run (bash -n; `make -n` for each make line; "
+    "`apt-get install -s` for each apt-get install line): for commands that never end, "
+    "change the machine, or run this harness",
+    "excerpt": "excerpt=FILE: the block is a verbatim excerpt (indentation aside) of FILE, "
+    "which a make rule or a test names",
     "file": "file=NAME: the block is the file NAME, written into the scratch directory "
     "of every later block of the same document (one of which must use it)",
     "servers": "servers=all: run on every server of TEST_SERVERS, not just the first "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -217,13 +218,7 @@ def run_sh(ctx: Context) -> None:
     script = ctx.scratch / "block.sh"
     text = ctx.text()
     if ctx.block.has("dry-run"):
-        script.write_text(text)
-        _run(["bash", "-n", str(script)], ctx, ROOT, "bash -n")
-        targets = re.findall(r"^\s*make\s+([\w.-]+)", text, re.M)
-        if not targets:
-            raise Failure("a dry-run block with no `make TARGET` line to check")
-        for target in targets:
-            _run(["make", "-n", target], ctx, ROOT, f"make -n {target}")
+        dry_run(ctx, text)
         return
     serve = ctx.block.opts.get("serve")
     with leaves_repo_clean():
@@ -233,6 +228,24 @@ def run_sh(ctx: Context) -> None:
         script.write_text("set -euo pipefail\n" + text)
         printed = _run(["bash", str(script)], ctx, ROOT, "the block")
     check_output(ctx, printed)
+
+
+def dry_run(ctx: Context, text: str) -> None:
+    """``dry-run``: the block's syntax (``bash -n``), every ``make TARGET``
+    line with ``make -n``, and every ``apt-get install`` line simulated
+    (``-s``: the packages exist in the configured sources)."""
+    script = ctx.scratch / "block.sh"
+    script.write_text(text)
+    _run(["bash", "-n", str(script)], ctx, ROOT, "bash -n")
+    for line in text.splitlines():
+        words = shlex.split(line, comments=True)
+        if words[:1] == ["sudo"]:
+            words = words[1:]
+        if words[:1] == ["make"]:
+            for target in [w for w in words[1:] if not w.startswith("-") and "=" not in w]:
+                _run(["make", "-n", target], ctx, ROOT, f"make -n {target}")
+        elif words[:2] == ["apt-get", "install"]:
+            _run(["apt-get", "install", "-s", *words[2:]], ctx, ROOT, f"apt-get install -s ({line})")
 
 
 def _run_serving(ctx: Context, text: str, doc_port: str) -> None:
@@ -345,10 +358,22 @@ def run_excerpt(ctx: Context) -> None:
     have = path.read_text().splitlines()
     if not _contains(have, want):
         raise Failure(f"the block is not a verbatim excerpt of {name}")
+    if not _used_by_tests(path):
+        raise Failure(
+            f"{name} is named by no test and no make rule (Makefile, mk/, tests/, "
+            "clients/*/tests/, examples/**/test_*)"
+        )
+
+
+def _used_by_tests(path: Path) -> bool:
+    """Whether a make rule or a test names ``path`` (by its name without the
+    extension, as ``cargo --example rust_client`` does)."""
+    users = [ROOT / "Makefile", *(ROOT / "mk").glob("*.mk"), *(ROOT / "tests").rglob("*.rs")]
+    users += [*(ROOT / "clients").glob("*/tests/**/*"), *(ROOT / "examples").rglob("test_*")]
     stem = path.stem
-    used = [p for p in [ROOT / "Makefile", *sorted((ROOT / "mk").glob("*.mk"))] if stem in p.read_text()]
-    if not used:
-        raise Failure(f"{name} is not built or run by the Makefile or mk/*.mk")
+    return any(
+        u.is_file() and u != path and stem in u.read_text(errors="replace") for u in users
+    )
 
 
 def _contains(have: list[str], want: list[str]) -> bool:

@@ -244,3 +244,19 @@ def test_a_user_without_keys_is_checked_too(tmp_path: Path) -> None:
     run(tmp_path, "<!-- doctest: acl=exporter::tamper -->\n```conf\n"
         "user exporter on >pw resetkeys resetchannels -@all +info +eval\n"
         "user default on >admin ~* &* +@all\n```\n")
+
+
+def test_dry_run_checks_make_targets_and_packages(tmp_path: Path) -> None:
+    run(tmp_path, "<!-- doctest: dry-run -->\n```sh\nmake build\nsudo apt-get install -y redis-tools\n```\n")
+    with pytest.raises(runners.Failure, match="make -n no-such-target"):
+        run(tmp_path, "<!-- doctest: dry-run -->\n```sh\nmake no-such-target\n```\n")
+    with pytest.raises(runners.Failure, match="apt-get install -s"):
+        run(tmp_path, "<!-- doctest: dry-run -->\n```sh\napt-get install -y no-such-package-tb\n```\n")
+
+
+def test_an_excerpt_must_be_verbatim(tmp_path: Path) -> None:
+    run(tmp_path, "<!-- doctest: excerpt=examples/rust_client.rs -->\n```rust\n"
+        "fn main() -> redis::RedisResult<()> {\n```\n")
+    with pytest.raises(runners.Failure, match="not a verbatim excerpt"):
+        run(tmp_path, "<!-- doctest: excerpt=examples/rust_client.rs -->\n```rust\n"
+            "fn main() -> redis::RedisResult<()>{\n```\n")
