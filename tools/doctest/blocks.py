@@ -1,6 +1,6 @@
 """Fenced code blocks of the documentation, with their doctest directives.
 
-Every fenced block of README.md and docs/**/*.md is found with markdown-it-py
+Every fenced block of README.md, docs/**/*.md and clients/*/README.md is found with markdown-it-py
 (the CommonMark parser, so fences inside list items and block quotes count
 too). A block may be preceded, with nothing but blank lines between, by one
 HTML comment that tells the harness how to treat it:
@@ -191,7 +191,9 @@ def extract(doc: Path) -> list[Block]:
 
 
 def documents(root: Path) -> list[Path]:
-    """README.md and every Markdown file under docs/."""
+    """README.md, every Markdown file under docs/, and the client packages'
+    READMEs (what pip and npm show their users)."""
     docs = [root / "README.md"]
     docs += sorted((root / "docs").rglob("*.md"))
+    docs += sorted(root.glob("clients/*/README.md"))
     return [d for d in docs if d.is_file()]

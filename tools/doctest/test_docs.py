@@ -1,4 +1,4 @@
-"""Every fenced block of README.md and docs/**/*.md, run (``make test-docs``).
+"""Every fenced block of the docs (blocks.documents), run (``make test-docs``).
 
 One test per block and server: the first server of TEST_SERVERS, or every
 one for blocks whose behaviour differs by server (``servers=all``, every
