@@ -1,8 +1,7 @@
 # Docs blocks (tools/doctest): every fenced code block of README.md,
 # docs/**/*.md and clients/*/README.md runs against real servers the harness
-# starts (free loopback
-# ports, TEST_SERVERS, TB_MODULE); a block with no runner and no directive
-# fails. tools/doctest/blocks.py lists the directives.
+# starts (free loopback ports, TEST_SERVERS, TB_MODULE); a block with no
+# runner and no directive fails. tools/doctest/blocks.py lists the directives.
 #
 #   make test-docs   every block (part of `make test`); pass PYTEST_ARGS="-k ..."
 #                    to run some
