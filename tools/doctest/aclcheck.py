@@ -142,7 +142,7 @@ def tamper_suite(k: Keys, payload: bytes) -> list[list[Any]]:
     ]
 
 
-def _admin(port: int) -> redis.Redis:
+def admin_client(port: int) -> redis.Redis:
     # One immediate retry: an attempt may be CLIENT KILL of every connection.
     return redis.Redis(
         port=port, username=ADMIN_USER, password=ADMIN_PASSWORD, socket_timeout=30,
@@ -166,7 +166,7 @@ def _snapshot(admin: redis.Redis, k: Keys) -> dict[str, Any]:
     return snap
 
 
-def _password(block_text: str, user: str) -> str:
+def password_of(block_text: str, user: str) -> str:
     """The first ``>password`` rule on the line that defines ``user``."""
     for line in block_text.splitlines():
         words = line.replace("'", " ").replace('"', " ").split()
@@ -194,8 +194,8 @@ def _key_pattern(admin: redis.Redis, user: str) -> str:
 def check(port: int, block_text: str, user: str, allows: list[str], denies: list[str]) -> None:
     """Tests the claims of an acl directive; AssertionError listing every
     claim that does not hold."""
-    admin = _admin(port)
-    password = _password(block_text, user)
+    admin = admin_client(port)
+    password = password_of(block_text, user)
     k = keys_for(_key_pattern(admin, user))
 
     def as_user() -> redis.Redis:

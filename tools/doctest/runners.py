@@ -26,8 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from fractions import Fraction
 from collections.abc import Callable, Iterator
+from fractions import Fraction
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,7 +76,7 @@ class Context:
             text = re.sub(r"\b6379\b", str(self.server.port), text)
             user = run_as(b)
             if user:
-                password = aclcheck._password(self.acl_blocks[user].text, user)
+                password = aclcheck.password_of(self.acl_blocks[user].text, user)
                 text = re.sub(
                     rf"redis://(127\.0\.0\.1|localhost):{self.server.port}",
                     rf"redis://{user}:{password}@\1:{self.server.port}",
@@ -108,12 +108,18 @@ def prepare_env(ctx: Context) -> None:
         env["REDIS_URL"] = ctx.server.url
         user = run_as(ctx.block)
         if user:
-            password = aclcheck._password(ctx.acl_blocks[user].text, user)
+            password = aclcheck.password_of(ctx.acl_blocks[user].text, user)
             env["REDIS_URL"] = f"redis://{user}:{password}@127.0.0.1:{ctx.server.port}/0"
         env["REDIS_PORT"] = str(ctx.server.port)
         wrapper = bin_dir / "redis-cli"
         # Port first: a -p in the block (already rewritten) comes later and wins.
-        wrapper.write_text(f'#!/bin/sh\nexec {_redis_cli()} -p {ctx.server.port} "$@"\n')
+        login = ""
+        if user:  # the password through the environment: no warning printed
+            login = f" --user {user}"
+            env["REDISCLI_AUTH"] = aclcheck.password_of(ctx.acl_blocks[user].text, user)
+        wrapper.write_text(
+            f'#!/bin/sh\nexec {_redis_cli()} -p {ctx.server.port}{login} "$@"\n'
+        )
         wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
     for name, text in ctx.files.items():
         (ctx.scratch / name).parent.mkdir(parents=True, exist_ok=True)
@@ -317,7 +323,7 @@ def _normalize(value: str) -> str:
 def check_conf(ctx: Context) -> None:
     """Every setting of a conf block is in force on the server it started."""
     assert ctx.server is not None
-    admin = aclcheck._admin(ctx.server.port)
+    admin = aclcheck.admin_client(ctx.server.port)
     problems = []
     for line in ctx.block.text.splitlines():
         words = line.split()

@@ -260,3 +260,10 @@ def test_an_excerpt_must_be_verbatim(tmp_path: Path) -> None:
     with pytest.raises(runners.Failure, match="not a verbatim excerpt"):
         run(tmp_path, "<!-- doctest: excerpt=examples/rust_client.rs -->\n```rust\n"
             "fn main() -> redis::RedisResult<()>{\n```\n")
+
+
+def test_redis_cli_runs_as_the_user_too(tmp_path: Path) -> None:
+    run(tmp_path, ACL_CONF + "<!-- doctest: user=app -->\n```console\n"
+        "$ redis-cli DEL rl:a\n(error) NOPERM this user has no permissions to run the 'del' command\n"
+        "$ redis-cli TB.CONSUME rl:a 1 1 0\n1) (integer) 1\n2) (integer) 1\n3) (integer) 0\n"
+        "4) (integer) 0\n5) (integer) 0\n```\n")
