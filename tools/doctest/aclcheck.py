@@ -205,6 +205,11 @@ def check(port: int, block_text: str, user: str, allows: list[str], denies: list
             retry=Retry(NoBackoff(), 0),
         )
 
+    try:
+        as_user().execute_command("AUTH", user, password)
+    except redis.AuthenticationError as e:
+        raise AssertionError(f"cannot log in as {user!r} with the block's password: {e}") from e
+
     # Buckets to protect, the user's own and another tenant's, refilling
     # slowly enough not to expire while the attempts run.
     admin.execute_command("TB.CONSUME", k.own, "0.001", "10", "4")
