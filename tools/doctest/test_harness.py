@@ -267,3 +267,10 @@ def test_redis_cli_runs_as_the_user_too(tmp_path: Path) -> None:
         "$ redis-cli DEL rl:a\n(error) NOPERM this user has no permissions to run the 'del' command\n"
         "$ redis-cli TB.CONSUME rl:a 1 1 0\n1) (integer) 1\n2) (integer) 1\n3) (integer) 0\n"
         "4) (integer) 0\n5) (integer) 0\n```\n")
+
+
+def test_raw_output_gets_the_timing_rule_too(tmp_path: Path) -> None:
+    run(tmp_path, "```console\n$ redis-cli TB.CONSUME k 1 5\n1) (integer) 1\n2) (integer) 4\n"
+        "3) (integer) 0\n4) (integer) 1000\n5) (integer) 1\n$ redis-cli --raw TB.INFO k\n"
+        "tokens\n4\ncapacity\n5\nrate\n1\nupdated_at_ms\n1795236966776\n"
+        "reset_after_ms\n1000\nttl_ms\n1000\n```\n")
