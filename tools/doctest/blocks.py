@@ -59,6 +59,17 @@ _DIRECTIVE = re.compile(r"^\s*<!--\s*doctest:(.*?)-->\s*$", re.S)
 _ANY_DIRECTIVE = re.compile(r"<!--\s*doctest:", re.I)
 
 
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _where(doc: Path) -> str:
+    """``doc`` relative to the repository's root when it is inside it."""
+    try:
+        return str(doc.resolve().relative_to(_ROOT))
+    except ValueError:
+        return doc.name
+
+
 class DocError(Exception):
     """A document the harness cannot test as written."""
 
@@ -85,7 +96,8 @@ class Block:
 
     @property
     def name(self) -> str:
-        return f"{self.doc.name}:{self.line}:{self.lang}"
+        """``README.md:16:console``: where the block is, from the repository's root."""
+        return f"{_where(self.doc)}:{self.line}:{self.lang}"
 
     def has(self, word: str) -> bool:
         return word in self.words
@@ -141,13 +153,13 @@ def extract(doc: Path) -> list[Block]:
         if tok.type == "code_block":
             line = tok.map[0] + 1 if tok.map else 0
             raise DocError(
-                f"{doc.name}:{line}: an indented code block; use a fenced block with a "
+                f"{_where(doc)}:{line}: an indented code block; use a fenced block with a "
                 "language tag so the harness runs it"
             )
         if tok.type != "fence":
             continue
         line = tok.map[0] + 1 if tok.map else 0
-        where = f"{doc.name}:{line}"
+        where = f"{_where(doc)}:{line}"
         lang = tok.info.strip().split()[0] if tok.info.strip() else ""
         words: list[str] = []
         opts: dict[str, str] = {}
@@ -184,7 +196,7 @@ def extract(doc: Path) -> list[Block]:
             )
         if stray:
             raise DocError(
-                f"{doc.name}:{start + 1}: a doctest directive that does not immediately "
+                f"{_where(doc)}:{start + 1}: a doctest directive that does not immediately "
                 "precede a fenced block"
             )
     return blocks
