@@ -44,6 +44,10 @@ DIRECTIVES: dict[str, str] = {
     "serve": "serve=PORT: the block's first line starts a server that runs until Ctrl-C on "
     "PORT; it runs in the background on a free port put in place of PORT (also $PORT) "
     "while the other lines run, then it is stopped",
+    "background": 'background="COMMAND" ready=REGEX: COMMAND (a Celery worker, say) runs in '
+    "the scratch directory beside the file= blocks while the block runs, which starts once "
+    "COMMAND has printed a line matching REGEX; then it is stopped",
+    "ready": "see background",
     "acl": "acl=USER:ALLOWS:DENIES (repeatable; ALLOWS and DENIES are comma-separated "
     "suites or command names): once the block is applied, USER (password from its "
     ">password rule) runs every command of the ALLOWS suites without error and gets NOPERM, "

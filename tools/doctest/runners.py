@@ -71,10 +71,13 @@ class Context:
     def text(self, block: Block | None = None) -> str:
         """The block's text pointed at this run's server (and user)."""
         b = block or self.block
-        text = b.text
+        return self.point(b.text, run_as(b))
+
+    def point(self, text: str, user: str | None) -> str:
+        """``text`` with 6379 made this run's port, and redis:// URLs made
+        to log in as ``user``."""
         if self.server is not None:
             text = re.sub(r"\b6379\b", str(self.server.port), text)
-            user = run_as(b)
             if user:
                 password = aclcheck.password_of(self.acl_blocks[user].text, user)
                 text = re.sub(
@@ -104,9 +107,9 @@ def prepare_env(ctx: Context) -> None:
     env["TB_MODULE"] = servers.module_path()
     env["REDIS_SERVER"] = ctx.binary
     env["TMPDIR"] = str(ctx.scratch)
+    user = run_as(ctx.block)
     if ctx.server is not None:
         env["REDIS_URL"] = ctx.server.url
-        user = run_as(ctx.block)
         if user:
             password = aclcheck.password_of(ctx.acl_blocks[user].text, user)
             env["REDIS_URL"] = f"redis://{user}:{password}@127.0.0.1:{ctx.server.port}/0"
@@ -123,7 +126,9 @@ def prepare_env(ctx: Context) -> None:
         wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
     for name, text in ctx.files.items():
         (ctx.scratch / name).parent.mkdir(parents=True, exist_ok=True)
-        (ctx.scratch / name).write_text(text)
+        (ctx.scratch / name).write_text(ctx.point(text, user))
+    # Python blocks and background commands import the file= blocks.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ctx.scratch), env.get("PYTHONPATH")]))
     ctx.env = env
 
 
@@ -282,14 +287,57 @@ def _run_serving(ctx: Context, text: str, doc_port: str) -> None:
         script.write_text("set -euo pipefail\n" + rest)
         printed = _run(["bash", str(script)], ctx, ROOT, "the block")
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        _stop_group(proc)
     check_output(ctx, printed)
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stops a process started in its own session, and its children."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@contextmanager
+def background(ctx: Context) -> Iterator[None]:
+    """``background="COMMAND" ready=REGEX``: COMMAND (a worker, say) runs
+    in the scratch directory, beside the file= blocks, from before the
+    block until after it; the block starts once COMMAND has printed a line
+    matching REGEX."""
+    command = ctx.block.opts.get("background")
+    if command is None:
+        yield
+        return
+    ready = ctx.block.opts.get("ready")
+    if not ready:
+        raise Failure("background= needs ready=REGEX: the line that says it is ready")
+    command = ctx.point(command, run_as(ctx.block))
+    log = ctx.scratch / "background.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            ["bash", "-c", command], cwd=ctx.scratch, env=ctx.env, stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + SERVE_DEADLINE_S
+        while not re.search(ready, log.read_text(errors="replace"), re.M):
+            if proc.poll() is not None:
+                raise Failure(f"{command!r} exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+            if time.monotonic() > deadline:
+                raise Failure(
+                    f"{command!r} printed nothing matching {ready!r} within {SERVE_DEADLINE_S} s:"
+                    f"\n{log.read_text()[-4000:]}"
+                )
+            time.sleep(0.1)
+        yield
+        if proc.poll() is not None:
+            raise Failure(f"{command!r} exited during the block:\n{log.read_text()[-4000:]}")
+    finally:
+        _stop_group(proc)
 
 
 def run_python(ctx: Context) -> None:
@@ -476,7 +524,8 @@ def run_block(ctx: Context) -> None:
         user = run_as(b)
         if user and ctx.acl_blocks[user].lang == "console":
             transcript.replay(ctx.text(ctx.acl_blocks[user]), ctx.env, str(ROOT))
-        runner(ctx)
+        with background(ctx):
+            runner(ctx)
         for user, allows, denies in b.acl:
             aclcheck.check(ctx.port, b.text, user, allows, denies)
     finally:

@@ -54,7 +54,10 @@ def plan_document(found: list[Block], binaries: list[str]) -> list[Case]:
             continue
         if "file" in b.opts:
             name = b.opts["file"]
-            if not any(name in later.text for later in found[i + 1 :]):
+            # Named by a later block or its directive (a module by its import name).
+            names = {name, name.removesuffix(".py")}
+            later = [x.text + " ".join(x.opts.values()) for x in found[i + 1 :]]
+            if not any(n in text for n in names for text in later):
                 raise DocError(f"{b.name}: file={name} is used by no later block")
             files[name] = b.text
             continue

@@ -274,3 +274,20 @@ def test_raw_output_gets_the_timing_rule_too(tmp_path: Path) -> None:
         "3) (integer) 0\n4) (integer) 1000\n5) (integer) 1\n$ redis-cli --raw TB.INFO k\n"
         "tokens\n4\ncapacity\n5\nrate\n1\nupdated_at_ms\n1795236966776\n"
         "reset_after_ms\n1000\nttl_ms\n1000\n```\n")
+
+
+def test_a_background_worker_serves_the_block(tmp_path: Path) -> None:
+    """The shape of a Celery recipe: the tasks in a file= block, a worker in
+    the background, the block that sends work to it."""
+    worker = (
+        "<!-- doctest: file=tasks.py -->\n```python\nimport redis\n"
+        "r = redis.Redis.from_url('redis://127.0.0.1:6379/0')\n"
+        "def serve():\n    print('worker ready', flush=True)\n"
+        "    while True:\n        _, job = r.blpop('jobs')\n        r.rpush('done', job.upper())\n```\n\n"
+        '<!-- doctest: background="python -c \'import tasks; tasks.serve()\'" ready="^worker ready" -->\n'
+        "```python\nfrom tasks import r\nr.rpush('jobs', 'a')\nprint(r.blpop('done', 10)[1].decode())\n```\n\n"
+        "<!-- doctest: output -->\n```text\nA\n```\n"
+    )
+    run(tmp_path, worker)
+    with pytest.raises(runners.Failure, match="exited with 0"):  # never ready
+        run(tmp_path, worker.replace("tasks.serve()", "tasks"))
