@@ -291,3 +291,15 @@ def test_a_background_worker_serves_the_block(tmp_path: Path) -> None:
     run(tmp_path, worker)
     with pytest.raises(runners.Failure, match="exited with 0"):  # never ready
         run(tmp_path, worker.replace("tasks.serve()", "tasks"))
+
+
+def test_a_celery_recipe_runs_with_a_real_worker(tmp_path: Path) -> None:
+    run(tmp_path, (
+        "<!-- doctest: file=tasks.py -->\n```python\nfrom celery import Celery\n"
+        "app = Celery('t', broker='redis://127.0.0.1:6379/0', backend='redis://127.0.0.1:6379/0')\n"
+        "@app.task\ndef double(x):\n    return 2 * x\n```\n\n"
+        '<!-- doctest: background="celery -A tasks worker --pool=prefork --concurrency=2 --loglevel=INFO" '
+        'ready="ready\\." -->\n'
+        "```python\nfrom tasks import double\nprint(double.delay(21).get(timeout=30))\n```\n\n"
+        "<!-- doctest: output -->\n```text\n42\n```\n"
+    ))
