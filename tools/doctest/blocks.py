@@ -1,16 +1,25 @@
 """Fenced code blocks of the documentation, with their doctest directives.
 
-Every fenced block of README.md, docs/**/*.md and clients/*/README.md is found with markdown-it-py
-(the CommonMark parser, so fences inside list items and block quotes count
-too). A block may be preceded, with nothing but blank lines between, by one
-HTML comment that tells the harness how to treat it:
+Every fenced block of README.md, docs/**/*.md and clients/*/README.md is
+found with markdown-it-py (the CommonMark parser, so fences inside list
+items and block quotes count too) and run by its language (runners.py):
+
+- ``console``: a terminal transcript (``$ command`` lines and what they
+  print), replayed and compared (transcript.py has the timing rule);
+- ``sh``/``bash``: run in the repository's root, which must stay clean;
+- ``python``: run with the docs venv's interpreter;
+- ``conf``: a redis.conf, loaded into a real server and read back;
+- ``rust``: must be an ``excerpt=`` of a tested file;
+- ``js``/``javascript``: the Node runner's hook.
+
+Any other language, a block without one, and an indented code block fail.
+A block may be preceded, with nothing but blank lines between, by one HTML
+comment that says what it is or what it needs:
 
     <!-- doctest: WORD WORD KEY=VALUE KEY="VALUE WITH SPACES" -->
 
-The vocabulary (DIRECTIVES below lists it) is kept small; runners.py says
-what each word does. A ``<!-- doctest: ... -->`` comment that precedes no
-fence, an unknown word, or a block with no language tag is an error of the
-whole document, so nothing goes untested by accident.
+DIRECTIVES below is the whole vocabulary. An unknown word fails its block;
+a doctest comment that precedes no fence fails the document.
 """
 
 from __future__ import annotations
