@@ -507,23 +507,25 @@ def run_block(ctx: Context) -> None:
     """Runs one block against one server; Failure when it does not do what
     the document says."""
     b = ctx.block
-    if b.problem:
-        raise Failure(b.problem)
-    if "excerpt" in b.opts:
-        run_excerpt(ctx)
-        return
-    runner = RUNNERS.get(b.lang)
-    if runner is None:
-        raise Failure(
-            f"no runner for ```{b.lang} blocks (runners: {', '.join(sorted(RUNNERS))}); "
-            "a block that is not for copying needs a doctest directive (tools/doctest/blocks.py)"
-        )
-    start_server(ctx)
     try:
+        if b.problem:
+            raise Failure(b.problem)
+        if "excerpt" in b.opts:
+            run_excerpt(ctx)
+            return
+        runner = RUNNERS.get(b.lang)
+        if runner is None:
+            raise Failure(
+                f"no runner for ```{b.lang} blocks (runners: {', '.join(sorted(RUNNERS))}); "
+                "a block that is not for copying needs a doctest directive "
+                "(tools/doctest/blocks.py)"
+            )
+        start_server(ctx)
         prepare_env(ctx)
         user = run_as(b)
         if user and ctx.acl_blocks[user].lang == "console":
-            transcript.replay(ctx.text(ctx.acl_blocks[user]), ctx.env, str(ROOT))
+            # Applied by the default user, as the document's reader would.
+            transcript.replay(ctx.text(ctx.acl_blocks[user]), _default_user_env(ctx), str(ROOT))
         with background(ctx):
             runner(ctx)
         for user, allows, denies in b.acl:
@@ -532,6 +534,19 @@ def run_block(ctx: Context) -> None:
         for node in ctx.nodes or ([ctx.server] if ctx.server else []):
             servers.stop(node)
         shutil.rmtree(ctx.scratch, ignore_errors=True)
+
+
+def _default_user_env(ctx: Context) -> dict[str, str]:
+    """ctx.env with a redis-cli that logs in as the default user."""
+    assert ctx.server is not None
+    bin_dir = ctx.scratch / "bin-default"
+    bin_dir.mkdir(exist_ok=True)
+    wrapper = bin_dir / "redis-cli"
+    wrapper.write_text(f'#!/bin/sh\nexec {_redis_cli()} -p {ctx.server.port} "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+    env = {k: v for k, v in ctx.env.items() if k != "REDISCLI_AUTH"}
+    env["PATH"] = os.pathsep.join([str(bin_dir), env["PATH"]])
+    return env
 
 
 def run_as(block: Block) -> str | None:

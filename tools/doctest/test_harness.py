@@ -303,3 +303,10 @@ def test_a_celery_recipe_runs_with_a_real_worker(tmp_path: Path) -> None:
         "```python\nfrom tasks import double\nprint(double.delay(21).get(timeout=30))\n```\n\n"
         "<!-- doctest: output -->\n```text\n42\n```\n"
     ))
+
+
+def test_a_user_made_at_run_time_serves_a_later_block(tmp_path: Path) -> None:
+    run(tmp_path, "<!-- doctest: acl=app::del -->\n```console\n"
+        "$ redis-cli ACL SETUSER app on '>pw' resetkeys '~rl:*' -@all +tb.consume\nOK\n```\n\n"
+        "<!-- doctest: user=app -->\n```console\n$ redis-cli TB.CONSUME rl:a 1 1 0\n"
+        "1) (integer) 1\n2) (integer) 1\n3) (integer) 0\n4) (integer) 0\n5) (integer) 0\n```\n")
