@@ -4,7 +4,7 @@
 // module (default: target/release/libtb.so at the repository root).
 
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -32,6 +32,34 @@ export function modulePath() {
   const p = path.resolve(process.env.TB_MODULE || path.join(REPO, 'target/release/libtb.so'));
   if (!existsSync(p)) throw new Error(`tb module not found at ${p}: run 'cargo build --release' first`);
   return p;
+}
+
+/**
+ * The LD_PRELOAD clock shim (tests/clockshift/clockshift.c at the
+ * repository root: the Rust and Python suites use it too), built with the C
+ * compiler (CC or cc) into target/clockshift/ when missing or older than its
+ * source. A server started with `env: clockshiftEnv(file)` takes its wall
+ * clock from the control file (the format is in the C file).
+ */
+export function clockshiftLib() {
+  const src = path.join(REPO, 'tests/clockshift/clockshift.c');
+  const out = path.join(REPO, 'target/clockshift/libclockshift.so');
+  if (!existsSync(out) || statSync(out).mtimeMs < statSync(src).mtimeMs) {
+    mkdirSync(path.dirname(out), { recursive: true });
+    const tmp = `${out}.${process.pid}`;
+    const cc = process.env.CC || 'cc';
+    const r = spawnSync(cc, ['-O2', '-shared', '-fPIC', '-Wall', '-Wextra', '-Werror', '-o', tmp, src, '-ldl'], {
+      encoding: 'utf8',
+    });
+    if (r.status !== 0) throw new Error(`building ${src} with ${cc} failed:\n${r.stderr ?? r.error}`);
+    renameSync(tmp, out);
+  }
+  return out;
+}
+
+/** Environment for a server whose wall clock `controlFile` controls. */
+export function clockshiftEnv(controlFile) {
+  return { LD_PRELOAD: clockshiftLib(), TB_CLOCK_FILE: controlFile };
 }
 
 /** A TCP port on 127.0.0.1 that is free right now. */
@@ -75,9 +103,9 @@ function rawCommand(port, line, timeoutMs = 1000) {
 /** A redis-server child on 127.0.0.1, with or without the module. */
 export class Server {
   /**
-   * @param {{module?: boolean, args?: string[], port?: number}} options
+   * @param {{module?: boolean, args?: string[], port?: number, env?: object}} options
    */
-  static async start({ module = true, args = [], port } = {}) {
+  static async start({ module = true, args = [], port, env } = {}) {
     const s = new Server();
     s.withModule = module;
     s.dir = mkdtempSync(path.join(tmpdir(), 'tb-node-'));
@@ -92,7 +120,7 @@ export class Server {
     ];
     if (module) argv.push('--loadmodule', modulePath());
     argv.push(...args);
-    s.proc = spawn(serverBinary(), argv, { cwd: s.dir, stdio: 'ignore' });
+    s.proc = spawn(serverBinary(), argv, { cwd: s.dir, stdio: 'ignore', env: env ? { ...process.env, ...env } : undefined });
     s.exited = new Promise((resolve) => s.proc.once('exit', (code, signal) => resolve({ code, signal })));
     await s._waitReady();
     return s;
