@@ -2,13 +2,19 @@
 // learns the setting from the server's `ERR wait exceeds tb.max-wait-ms (N)`
 // and retries once; longer waits asked for are capped to it, and an acquire
 // timeout longer than it waits, holding nothing, until the tokens are
-// within reach. These tests script the server's replies (a stand-in client)
-// so that every command the limiter sends is checked.
+// within reach. The first tests script the server's replies (a stand-in
+// client) so that every command the limiter sends is checked; the last run
+// against real servers: the README's production setting (tb.max-wait-ms
+// 10000) on the module, and the Lua fallback's fixed 60000.
 
 import assert from 'node:assert/strict';
-import { describe, test } from 'node:test';
+import { after, before, describe, test } from 'node:test';
 
+import Redis from 'ioredis';
 import { CommandError, DEFAULT_MAX_WAIT_MS, Limiter, RateLimited } from 'tb-limiter';
+
+import { LIBRARIES } from './helpers/clients.js';
+import { Server } from './helpers/server.js';
 
 /** The class name node-redis gives server errors. */
 class ErrorReply extends Error {}
@@ -105,4 +111,51 @@ describe('tb.max-wait-ms', () => {
     await assert.rejects(limiter.bucket('k', 1, 1).reserve(), (e) => e instanceof CommandError && /max-wait-ms$/.test(e.message));
     assert.equal(limiter.maxWaitMs, DEFAULT_MAX_WAIT_MS);
   });
+});
+
+describe('tb.max-wait-ms on real servers', () => {
+  const servers = {};
+  before(async () => {
+    servers.module = await Server.start({ module: true, args: ['--tb.max-wait-ms', '10000'] });
+    servers.lua = await Server.start({ module: false });
+  });
+  after(async () => {
+    for (const s of Object.values(servers)) await s.stop();
+  });
+
+  for (const lib of LIBRARIES) {
+    for (const [backend, max] of [['module', 10_000], ['lua', 60_000]]) {
+      test(`${lib.name}, ${backend}: the default waits fit the server's setting (${max} ms)`, async (t) => {
+        const admin = new Redis(servers[backend].port, '127.0.0.1');
+        await admin.flushall();
+        admin.disconnect();
+        const client = await lib.connect(servers[backend].port);
+        const limiter = new Limiter(client);
+        t.after(async () => {
+          await limiter.close();
+          await lib.close(client);
+        });
+        // 4 tokens/s, burst 1: after the first, each call waits its turn.
+        const b = limiter.bucket('mw', 4, 1);
+        assert.equal((await b.consume()).allowed, true);
+        const r = await b.reserve(1, { maxWaitMs: 120_000 }); // asked for more than the server allows
+        assert.deepEqual([r.allowed, r.retryAfterMs > 200], [true, true]);
+        assert.equal(limiter.maxWaitMs, max, 'learned from the refusal of 120000');
+        assert.equal((await b.reserve()).allowed, true);
+        assert.equal(await b.refund(2), 0, 'both turns given back');
+        const ab = [[limiter.bucket('{m}a', 4, 1), 1], [limiter.bucket('{m}b', 4, 1), 1]];
+        assert.equal((await limiter.acquireMany(ab)).allowed, true);
+        const waited = performance.now();
+        assert.equal((await limiter.acquireMany(ab, { timeoutMs: 5000 })).allowed, true);
+        assert.ok(performance.now() - waited > 200);
+        // A fresh limiter's first wait is the server's BLOCK (module) with
+        // the default, refused and learned.
+        const fresh = new Limiter(client);
+        const blocked = await fresh.bucket('mw', 4, 1).acquire(1, { block: true });
+        assert.equal(blocked.allowed, true);
+        assert.equal(fresh.maxWaitMs, max);
+        await fresh.close();
+      });
+    }
+  }
 });
