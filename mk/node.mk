@@ -21,7 +21,9 @@ NODE_TEST := node --test --test-concurrency=1 --test-timeout=300000 --test-repor
 EXTRA_TESTS += test-node
 
 # Debian's nodejs and npm when either is missing (root), else the command to
-# run; then the packages of the lockfile, exactly (npm ci).
+# run; Node.js 20 or later (the package itself runs on 18, the newest
+# node-redis and ioredis need 20); then the packages of the lockfile,
+# exactly (npm ci).
 node-deps:
 	@missing=""; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
@@ -36,8 +38,11 @@ node-deps:
 	    exit 1; \
 	  fi; \
 	fi
-	@node -e 'process.exit(+process.versions.node.split(".")[0] >= 18 ? 0 : 1)' || { \
-	  echo "error: Node.js 18 or later is needed, found $$(node --version)" >&2; exit 1; }
+	@node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)' || { \
+	  echo "error: the Node suite needs Node.js 20 or later (node-redis 6 and ioredis 6, which it" >&2; \
+	  echo "  tests, require it); found $$(node --version). Debian 12's nodejs package is 18; Debian 13's" >&2; \
+	  echo "  is 20. Install Node.js 20 (https://nodejs.org/en/download) and run make again." >&2; \
+	  exit 1; }
 	@if [ ! -f $(NODE_DIR)/node_modules/.package-lock.json ] || \
 	    [ $(NODE_DIR)/package-lock.json -nt $(NODE_DIR)/node_modules/.package-lock.json ]; then \
 	  echo "==> npm ci in $(NODE_DIR)"; \
