@@ -5,10 +5,12 @@
 //!   types, unit-tested with an injected clock;
 //! - `glue`: everything that touches the Redis module API (entry points, key
 //!   access, replication, the data type, configs, statistics);
-//! - `commands`: one file per command, each the whole path of that command.
+//! - `commands`: one file per command, each the whole path of that command;
+//! - [`version`]: the module version, pure as well.
 
 pub mod bucket;
 pub mod parse;
+pub mod version;
 
 #[cfg(all(feature = "module", not(test)))]
 mod commands;

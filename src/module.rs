@@ -1,4 +1,4 @@
-//! The module declaration: name, data type, settings and start-up.
+//! The module declaration: name, version, data type, settings and start-up.
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -12,6 +12,7 @@ use crate::glue::config::{
 use crate::glue::datatype::TB_TYPE;
 use crate::glue::eviction;
 use crate::parse::MAX_WAIT_MS;
+use crate::version;
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // Module arguments become config defaults without a range check: do it here.
@@ -42,7 +43,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
 
 redis_module! {
     name: "tb",
-    version: 1,
+    version: version::NUMBER,
     allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
     data_types: [TB_TYPE],
     init: init,
