@@ -1,12 +1,47 @@
-//! What an operator relies on: the real version in `MODULE LIST`, `INFO
-//! modules` and `COMMAND DOCS`.
+//! What an operator relies on: module arguments and `tb.*` config lines that
+//! are checked (a mistake refuses the load, with a log line that says what
+//! is wrong), the real version in `MODULE LIST`, `INFO modules` and `COMMAND
+//! DOCS`, and the eviction check that works without the `CONFIG` command.
 
 mod common;
 
 use std::collections::HashMap;
 
-use common::Server;
+use common::{Server, ServerConfig};
 use redis::{Connection, Value};
+
+/// The settings line every refusal lists.
+const VALID: &str = "Valid module arguments: expire-idle yes|no, max-wait-ms 0..86400000, \
+                     max-blocked 0..1000000";
+
+fn with_module_args(args: &[&str]) -> ServerConfig {
+    ServerConfig {
+        module_args: args.iter().map(|a| a.to_string()).collect(),
+        ..ServerConfig::default()
+    }
+}
+
+fn with_server_args(args: &[&str]) -> ServerConfig {
+    ServerConfig {
+        args: args.iter().map(|a| a.to_string()).collect(),
+        ..ServerConfig::default()
+    }
+}
+
+/// `INFO tb` as field -> value (every value is an integer).
+fn info_tb(c: &mut Connection) -> HashMap<String, i64> {
+    let text: String = redis::cmd("INFO").arg("tb").query(c).unwrap();
+    text.lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| {
+            let n = v
+                .trim()
+                .parse()
+                .unwrap_or_else(|e| panic!("INFO tb field {k} is not an integer ({v:?}): {e}"));
+            (k.to_string(), n)
+        })
+        .collect()
+}
 
 fn query<T: redis::FromRedisValue>(c: &mut Connection, args: &[&str]) -> T {
     let mut cmd = redis::cmd(args[0]);
@@ -23,6 +58,123 @@ fn encoded_crate_version() -> i64 {
     part(env!("CARGO_PKG_VERSION_MAJOR")) * 10_000
         + part(env!("CARGO_PKG_VERSION_MINOR")) * 100
         + part(env!("CARGO_PKG_VERSION_PATCH"))
+}
+
+#[test]
+fn each_malformed_module_argument_refuses_the_load_and_says_why() {
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &["max-wait", "10000"],
+            "unknown module argument 'max-wait'.",
+        ),
+        (
+            &["tb.max-wait-ms", "10000"],
+            "unknown module argument 'tb.max-wait-ms' (module arguments take the name without \
+             'tb.': 'max-wait-ms'",
+        ),
+        (
+            &["EXPIRE-IDLE", "NO"],
+            "unknown module argument 'EXPIRE-IDLE' (names are lower case: 'expire-idle')",
+        ),
+        (
+            &["max-wait-ms"],
+            "module argument 'max-wait-ms' has no value",
+        ),
+        (
+            &["max-wait-ms", "ten"],
+            "bad value 'ten' for module argument 'max-wait-ms': max-wait-ms must be an integer \
+             from 0 to 86400000",
+        ),
+        (
+            &["expire-idle", "false"],
+            "bad value 'false' for module argument 'expire-idle': expire-idle must be yes or no",
+        ),
+        (
+            &["max-blocked", "1000001"],
+            "bad value '1000001' for module argument 'max-blocked'",
+        ),
+    ];
+    for (args, expected) in cases {
+        let log = Server::start_refused(with_module_args(args));
+        let line = log
+            .lines()
+            .find(|l| l.contains("tb: refusing to load: "))
+            .unwrap_or_else(|| panic!("{args:?}: no refusal line in the log:\n{log}"));
+        assert!(line.contains(expected), "{args:?}: {line}");
+        assert!(line.contains(VALID), "{args:?}: {line}");
+    }
+}
+
+#[test]
+fn a_percent_sign_in_an_argument_is_logged_as_text() {
+    let log = Server::start_refused(with_module_args(&["max-wait-ms", "%s%s%s%n"]));
+    assert!(
+        log.contains("bad value '%s%s%s%n' for module argument 'max-wait-ms'"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_bad_tb_config_line_refuses_the_load() {
+    let log = Server::start_refused(with_server_args(&["--tb.max-wait-ms", "ten"]));
+    assert!(
+        log.contains(
+            "tb: refusing to load: a tb.* config line or MODULE LOADEX config has a bad value"
+        ),
+        "{log}"
+    );
+}
+
+#[test]
+fn module_arguments_are_defaults_and_config_lines_override_them() {
+    let s = Server::start_with(ServerConfig {
+        module_args: [
+            "expire-idle",
+            "no",
+            "max-wait-ms",
+            "10000",
+            "max-blocked",
+            "7",
+        ]
+        .map(String::from)
+        .to_vec(),
+        args: ["--tb.max-wait-ms", "5000"].map(String::from).to_vec(),
+        ..ServerConfig::default()
+    });
+    let mut c = s.conn();
+    let got: Vec<String> = query(&mut c, &["CONFIG", "GET", "tb.*"]);
+    let got: HashMap<_, _> = got
+        .chunks(2)
+        .map(|p| (p[0].clone(), p[1].clone()))
+        .collect();
+    let want: HashMap<_, _> = [
+        ("tb.expire-idle", "no"),
+        ("tb.max-wait-ms", "5000"),
+        ("tb.max-blocked", "7"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .into();
+    assert_eq!(got, want);
+    // Redis checks native values against the same bounds.
+    let e = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("tb.max-wait-ms")
+        .arg("86400001")
+        .query::<()>(&mut c)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("86400000"), "{e}");
+    let e = redis::cmd("TB.CONFIG")
+        .arg("SET")
+        .arg("max-wait-ms")
+        .arg("86400001")
+        .query::<()>(&mut c)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("max-wait-ms must be an integer from 0 to 86400000"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -62,4 +214,59 @@ fn module_list_info_modules_and_command_docs_show_the_crate_version() {
         assert_eq!(module, "tb", "{name}");
     }
     assert!(encoded_crate_version() >= 100);
+}
+
+#[test]
+fn a_renamed_config_command_does_not_hide_the_eviction_policy() {
+    for rename in ["", "secret-config"] {
+        let s = Server::start_with(with_server_args(&[
+            "--rename-command",
+            "CONFIG",
+            rename,
+            "--maxmemory-policy",
+            "noeviction",
+        ]));
+        let mut c = s.conn();
+        assert_eq!(
+            info_tb(&mut c)["tb_eviction_policy_can_evict_buckets"],
+            0,
+            "CONFIG renamed to {rename:?}"
+        );
+        assert!(
+            !s.log().contains("can evict rate-limit buckets"),
+            "{}",
+            s.log()
+        );
+        if !rename.is_empty() {
+            // A change through the renamed command is still seen.
+            let _: () = query(&mut c, &[rename, "SET", "maxmemory-policy", "allkeys-lru"]);
+            assert_eq!(info_tb(&mut c)["tb_eviction_policy_can_evict_buckets"], 1);
+            assert!(
+                s.log().contains("maxmemory-policy allkeys-lru can evict"),
+                "{}",
+                s.log()
+            );
+        }
+    }
+}
+
+#[test]
+fn tb_config_set_expire_idle_warns_like_config_set() {
+    const WARNING: &str = "maxmemory-policy volatile-lru can evict rate-limit buckets";
+    let s = Server::start_with(ServerConfig {
+        module_args: vec!["expire-idle".into(), "no".into()],
+        args: vec!["--maxmemory-policy".into(), "volatile-lru".into()],
+        ..ServerConfig::default()
+    });
+    let mut c = s.conn();
+    let warnings = |s: &Server| s.log().matches(WARNING).count();
+    assert_eq!(warnings(&s), 0, "{}", s.log());
+    assert_eq!(info_tb(&mut c)["tb_eviction_policy_can_evict_buckets"], 0);
+    let _: () = query(&mut c, &["TB.CONFIG", "SET", "expire-idle", "yes"]);
+    assert_eq!(info_tb(&mut c)["tb_eviction_policy_can_evict_buckets"], 1);
+    assert_eq!(warnings(&s), 1, "{}", s.log());
+    // The native path warns the same way.
+    let _: () = query(&mut c, &["CONFIG", "SET", "tb.expire-idle", "no"]);
+    let _: () = query(&mut c, &["CONFIG", "SET", "tb.expire-idle", "yes"]);
+    assert_eq!(warnings(&s), 2, "{}", s.log());
 }

@@ -229,6 +229,28 @@ impl Server {
         panic!("{last_error}");
     }
 
+    /// Starts a server with `cfg` that must refuse to start (exit during
+    /// start-up, e.g. because the module refuses to load); returns its log.
+    ///
+    /// Panics if it starts (it is stopped first) or fails to exit within 15 s.
+    pub fn start_refused(cfg: ServerConfig) -> String {
+        let tmp = tempfile::Builder::new()
+            .prefix("tb-redis-")
+            .tempdir_in(std::env::temp_dir())
+            .expect("create a temporary data directory");
+        match spawn(free_port(), tmp.path(), &cfg) {
+            Ok(child) => {
+                let log = fs::read_to_string(tmp.path().join(LOG_FILE)).unwrap_or_default();
+                let _ = terminate(child, false);
+                panic!("the server started although it should have refused to: {cfg:?}\n{log}");
+            }
+            Err(e) if e.contains("exited during start-up") => {
+                fs::read_to_string(tmp.path().join(LOG_FILE)).unwrap_or_default()
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+
     /// A new connection with a 10 s read/write timeout.
     ///
     /// Panics if the connection cannot be set up within 10 s (the redis
