@@ -1,7 +1,9 @@
 //! What an operator relies on: module arguments and `tb.*` config lines that
 //! are checked (a mistake refuses the load, with a log line that says what
 //! is wrong), the real version in `MODULE LIST`, `INFO modules` and `COMMAND
-//! DOCS`, and the eviction check that works without the `CONFIG` command.
+//! DOCS`, the `INFO tb` section (settings, the granted-wait histogram,
+//! RESETSTAT), and the eviction check that works without the `CONFIG`
+//! command.
 
 mod common;
 
@@ -214,6 +216,119 @@ fn module_list_info_modules_and_command_docs_show_the_crate_version() {
         assert_eq!(module, "tb", "{name}");
     }
     assert!(encoded_crate_version() >= 100);
+}
+
+#[test]
+fn info_tb_is_one_section_named_tb_with_the_settings() {
+    let s = Server::start_with(with_module_args(&[
+        "expire-idle",
+        "no",
+        "max-wait-ms",
+        "10000",
+    ]));
+    let mut c = s.conn();
+    let text: String = query(&mut c, &["INFO", "tb"]);
+    let headers: Vec<&str> = text.lines().filter(|l| l.starts_with('#')).collect();
+    assert_eq!(headers, ["# tb"], "{text}");
+    let i = info_tb(&mut c);
+    assert_eq!(i["tb_expire_idle"], 0);
+    assert_eq!(i["tb_max_wait_ms"], 10_000);
+    assert_eq!(i["tb_max_blocked"], 10_000);
+    let _: () = query(&mut c, &["TB.CONFIG", "SET", "max-blocked", "3"]);
+    let _: () = query(&mut c, &["CONFIG", "SET", "tb.expire-idle", "yes"]);
+    let i = info_tb(&mut c);
+    assert_eq!((i["tb_max_blocked"], i["tb_expire_idle"]), (3, 1));
+    // The section is also in INFO everything and INFO modules, not plain INFO.
+    let everything: String = query(&mut c, &["INFO", "everything"]);
+    assert!(everything.contains("# tb\r\n"), "{everything}");
+    let plain: String = query(&mut c, &["INFO"]);
+    assert!(!plain.contains("tb_calls"), "{plain}");
+}
+
+/// The histogram fields of `INFO tb` for the waits in `waits`, as the README
+/// defines them: cumulative buckets, the `+Inf` one, sum and count.
+fn expected_histogram(waits: &[i64]) -> HashMap<String, i64> {
+    let bounds = [
+        0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000,
+    ];
+    let mut out: HashMap<String, i64> = bounds
+        .iter()
+        .map(|b| {
+            let n = waits.iter().filter(|&&w| w <= *b).count() as i64;
+            (format!("tb_wait_ms_le_{b}"), n)
+        })
+        .collect();
+    out.insert("tb_wait_ms_le_inf".into(), waits.len() as i64);
+    out.insert("tb_wait_ms_count".into(), waits.len() as i64);
+    out.insert("tb_wait_ms_sum".into(), waits.iter().sum());
+    out
+}
+
+#[test]
+fn granted_waits_fill_the_histogram_and_only_tb_config_resetstat_zeroes_it() {
+    let s = Server::start_with(with_module_args(&["max-wait-ms", "600000"]));
+    let mut c = s.conn();
+    let mut waits = Vec::new();
+    // The wait the reply of a granted request told its caller.
+    let grant = |c: &mut Connection, args: &[&str], wait_at: usize| -> i64 {
+        let r: Vec<i64> = query(c, args);
+        assert_eq!(r[0], 1, "{args:?} granted: {r:?}");
+        r[wait_at]
+    };
+    // Served at once (wait 0), by each command that grants.
+    waits.push(grant(&mut c, &["TB.CONSUME", "h", "1", "3"], 2));
+    let throttle: Vec<i64> = query(&mut c, &["CL.THROTTLE", "cl", "1", "1", "1"]);
+    assert_eq!(throttle[0], 0, "CL.THROTTLE not limited: {throttle:?}");
+    waits.push(0);
+    // Reservations on an empty bucket at 1 token/s: about 1 s, 2 s, 3 s
+    // (each wait is the one the reply told the caller).
+    waits.push(grant(&mut c, &["TB.CONSUME", "h", "1", "3", "2"], 2));
+    for _ in 0..3 {
+        waits.push(grant(
+            &mut c,
+            &["TB.CONSUME", "h", "1", "3", "1", "RESERVE", "600000"],
+            2,
+        ));
+    }
+    waits.push(grant(
+        &mut c,
+        &["TB.MCONSUME", "1", "m", "0.01", "1", "1"],
+        1,
+    ));
+    let reserve_multi = [
+        "TB.MCONSUME",
+        "1",
+        "m",
+        "0.01",
+        "1",
+        "1",
+        "RESERVE",
+        "600000",
+    ];
+    waits.push(grant(&mut c, &reserve_multi, 1));
+    // Denials and peeks are not grants.
+    let denied: Vec<i64> = query(&mut c, &["TB.CONSUME", "h", "1", "3", "1"]);
+    assert_eq!(denied[0], 0);
+    let _: Vec<i64> = query(&mut c, &["TB.CONSUME", "h", "1", "3", "0"]);
+    assert!(waits[3..6].iter().all(|&w| w > 0), "{waits:?}");
+    assert!(waits[7] > 60_000, "{waits:?}");
+
+    let i = info_tb(&mut c);
+    for (field, want) in expected_histogram(&waits) {
+        assert_eq!(i[&field], want, "{field} for waits {waits:?}");
+    }
+    assert_eq!(i["tb_allowed"], waits.len() as i64);
+
+    // CONFIG RESETSTAT cannot reach a module's counters; TB.CONFIG RESETSTAT
+    // zeroes them all, the histogram included.
+    let _: () = query(&mut c, &["CONFIG", "RESETSTAT"]);
+    assert_eq!(info_tb(&mut c)["tb_wait_ms_count"], waits.len() as i64);
+    let _: () = query(&mut c, &["TB.CONFIG", "RESETSTAT"]);
+    let i = info_tb(&mut c);
+    for (field, _) in expected_histogram(&waits) {
+        assert_eq!(i[&field], 0, "{field}");
+    }
+    assert_eq!((i["tb_calls"], i["tb_allowed"]), (0, 0));
 }
 
 #[test]
