@@ -64,6 +64,13 @@ stop() {
   wait "$pid" 2>/dev/null || true
 }
 
+# FIELD of the tb module in MODULE LIST on PORT (Redis 8 lists its own
+# modules too).
+tb_module_field() {
+  redis-cli -p "$1" MODULE LIST \
+    | awk -v f="$2" 'prev == "name" {mod = $0} prev == f && mod == "tb" {print; exit} {prev = $0}'
+}
+
 expect() { # expect WHAT GOT WANT
   [ "$2" = "$3" ] || fail "$1: got '$2', want '$3'"
 }
@@ -121,7 +128,7 @@ for server in "$@"; do
   pid=$!; pids+=("$pid")
   wait_ping "$port" "$pid" "$dir/log"
   expect "$label: MODULE LIST ver" \
-    "$(redis-cli -p "$port" MODULE LIST | grep -A1 -x ver | tail -n1)" "$ver_number"
+    "$(tb_module_field "$port" ver)" "$ver_number"
   expect "$label: TB.CONSUME" "$(redis-cli -p "$port" TB.CONSUME k 1 5 | head -n1)" 1
   stop "$pid"
   ok "$label loads the tarball's libtb.so (ver $ver_number)"
@@ -132,7 +139,7 @@ for server in "$@"; do
   pid=$!; pids+=("$pid")
   wait_ping "$port" "$pid" "$dir/log"
   expect "$label: module path" \
-    "$(redis-cli -p "$port" MODULE LIST | grep -A1 -x path | tail -n1)" "$prefix/libtb.so"
+    "$(tb_module_field "$port" path)" "$prefix/libtb.so"
   expect "$label: tb.max-wait-ms from the config" \
     "$(redis-cli -p "$port" CONFIG GET tb.max-wait-ms | tail -n1)" 10000
   stop "$pid"
