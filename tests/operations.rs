@@ -385,3 +385,23 @@ fn tb_config_set_expire_idle_warns_like_config_set() {
     let _: () = query(&mut c, &["CONFIG", "SET", "tb.expire-idle", "yes"]);
     assert_eq!(warnings(&s), 2, "{}", s.log());
 }
+
+#[test]
+fn the_api_probe_finds_what_the_server_has() {
+    // Every supported server has these (Redis 7.0's API and older).
+    for f in ["CreateCommand", "RegisterNumericConfig", "GetServerInfo"] {
+        assert!(common::server_has_api(f), "{f}");
+    }
+    assert!(!common::server_has_api("NoSuchFunction"));
+    // A 7.2 function is there exactly when the server applies the ACL
+    // categories the module declares (COMMAND INFO's categories).
+    let s = Server::start();
+    let mut c = s.conn();
+    let info: Vec<Value> = query(&mut c, &["COMMAND", "INFO", "tb.consume"]);
+    let categories = format!("{info:?}").contains("@write");
+    assert_eq!(
+        common::server_has_api("SetCommandACLCategories"),
+        categories,
+        "{info:?}"
+    );
+}
