@@ -115,7 +115,8 @@ lint: ## rustfmt check and clippy (all targets, warnings are errors)
 
 # The inner loop: lint, unit tests and the Rust integration suite on one
 # server (the system Redis 7.0), no other suite. `make test` is the gate.
-check: build ## lint, unit tests, Rust integration tests on Redis 7.0 (a few minutes)
+# (test-deps: the integration suite runs the Prometheus exporter.)
+check: build test-deps ## lint, unit tests, Rust integration tests on Redis 7.0 (a few minutes)
 	@$(MAKE) --no-print-directory lint
 	REDIS_SERVER=$(REDIS_SERVER_SYS) TB_MODULE=$(MODULE) \
 	  $(CARGO) test --release -- --test-threads=$(TEST_THREADS)

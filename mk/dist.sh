@@ -3,6 +3,7 @@
 # holding NAME/ with
 #   libtb.so            the module (load it with `loadmodule /opt/tb/libtb.so`)
 #   redis.conf.example  a configuration for it
+#   tb-metrics.lua      the prometheus-redis-exporter script (README, "Prometheus")
 #   README.md LICENSE
 #   BUILDINFO           version, commit, the Rust that built it, the glibc it
 #                       was built against and the newest glibc symbol it needs
@@ -27,7 +28,8 @@ trap 'rm -rf "$stage"' EXIT
 dir=$stage/$name
 mkdir -p "$dir"
 install -m 0755 "$module" "$dir/libtb.so"
-install -m 0644 "$root/redis.conf.example" "$root/README.md" "$root/LICENSE" "$dir/"
+install -m 0644 "$root/redis.conf.example" "$root/README.md" "$root/LICENSE" \
+  "$root/contrib/prometheus/tb-metrics.lua" "$dir/"
 
 commit=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
 if [ "$commit" != unknown ] && [ -n "$(git -C "$root" status --porcelain --untracked-files=no)" ]; then
@@ -48,7 +50,7 @@ needs=$(objdump -T "$dir/libtb.so" | grep -o 'GLIBC_[0-9.]*' | sort -u -V | tail
   echo "needs: glibc ${needs#GLIBC_} or newer (Debian 12 has 2.36)"
   echo "servers: Redis 7.0 or newer, Valkey 8.0 (README, \"Supported servers\")"
 } >"$dir/BUILDINFO"
-(cd "$dir" && sha256sum libtb.so redis.conf.example README.md LICENSE BUILDINFO >SHA256SUMS)
+(cd "$dir" && sha256sum libtb.so redis.conf.example tb-metrics.lua README.md LICENSE BUILDINFO >SHA256SUMS)
 find "$dir" -exec touch -h -d "@$epoch" {} +
 
 mkdir -p "$outdir"

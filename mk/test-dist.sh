@@ -4,8 +4,9 @@
 #  1. `make dist` in the clone: the tarball and its .sha256 check out, it
 #     holds exactly the files mk/dist.sh lists, their SHA256SUMS check out,
 #     and BUILDINFO says which glibc it needs (at most Debian 12's 2.36).
-#  2. `make install PREFIX=<tmp>/opt/tb` in the clone: the module and a
-#     redis.conf.example that loads it from there.
+#  2. `make install PREFIX=<tmp>/opt/tb` in the clone: the module, the
+#     exporter script and a redis.conf.example that loads the module from
+#     there.
 #  3. On every SERVER: the tarball's libtb.so loads (MODULE LIST shows the
 #     crate's version; TB.CONSUME answers), and the installed
 #     redis.conf.example starts a server with the module and its settings.
@@ -95,7 +96,7 @@ tarball="$tmp/src/target/dist/$name.tar.gz"
 mkdir "$tmp/x"
 tar -xzf "$tarball" -C "$tmp/x"
 expect "tarball contents" "$(cd "$tmp/x" && find . -type f | sort | tr '\n' ' ')" \
-  "./$name/BUILDINFO ./$name/LICENSE ./$name/README.md ./$name/SHA256SUMS ./$name/libtb.so ./$name/redis.conf.example "
+  "./$name/BUILDINFO ./$name/LICENSE ./$name/README.md ./$name/SHA256SUMS ./$name/libtb.so ./$name/redis.conf.example ./$name/tb-metrics.lua "
 (cd "$tmp/x/$name" && sha256sum --quiet -c SHA256SUMS) || fail "SHA256SUMS inside the tarball"
 buildinfo=$tmp/x/$name/BUILDINFO
 grep -q "^version: $version$" "$buildinfo" || fail "BUILDINFO version: $(cat "$buildinfo")"
@@ -114,6 +115,7 @@ make -C "$tmp/src" --no-print-directory install PREFIX="$prefix" >"$tmp/install.
 [ -x "$prefix/libtb.so" ] || fail "no $prefix/libtb.so"
 grep -qx "loadmodule $prefix/libtb.so" "$prefix/redis.conf.example" || fail "installed config does not load $prefix/libtb.so"
 cmp -s "$prefix/libtb.so" "$tmp/x/$name/libtb.so" || fail "installed module differs from the tarball's"
+cmp -s "$prefix/tb-metrics.lua" "$tmp/x/$name/tb-metrics.lua" || fail "installed exporter script differs from the tarball's"
 ok "make install PREFIX=$prefix"
 
 # --- 3. both load on every server --------------------------------------------
