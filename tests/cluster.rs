@@ -184,7 +184,7 @@ fn command_docs_describe_every_command() {
             .collect();
         let text = |k: &str| redis::from_redis_value::<String>(&doc[k]).unwrap();
         assert!(text("summary").len() > 20, "{name} summary: {doc:?}");
-        assert_eq!(text("since"), "1.0.0", "{name}");
+        assert_eq!(text("since"), "0.1.0", "{name}");
         assert_eq!(text("group"), "module", "{name}");
         assert_eq!(text("module"), "tb", "{name}");
         let Value::Array(arguments) = &doc["arguments"] else {
