@@ -5,12 +5,18 @@ use redis_module::{raw, redis_module, Context, RedisString, Status};
 
 use crate::commands;
 use crate::glue::datatype::TB_TYPE;
+use crate::glue::entry::guard;
 use crate::glue::{config, eviction, log};
 use crate::version;
 
 /// Runs inside `RedisModule_OnLoad`, after the data type is created. Any
-/// error refuses the load, with a log line that says why.
+/// error refuses the load, with a log line that says why; so does a panic,
+/// which must not unwind into Redis.
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
+    guard(Status::Err, || start(ctx, args))
+}
+
+fn start(ctx: &Context, args: &[RedisString]) -> Status {
     log::init(ctx.get_raw());
     let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
     if let Err(e) = config::register(ctx.get_raw(), &args) {
