@@ -14,10 +14,11 @@
 #     the name and pid of what holds it.
 #
 # Only committed files are in the clone (uncommitted changes are not
-# tested). Compiled dependencies are kept between runs in
-# target/dist-check/ (the clone's target/ points there); the clone's own
-# code is always rebuilt. Every server gets a free loopback port and a
-# start-up deadline, and is stopped by pid.
+# tested). The clone's target/release starts as a copy of this checkout's,
+# so that cargo reuses the compiled dependencies it finds up to date (the
+# same Cargo.lock) instead of spending minutes on them; the clone's own code
+# is always rebuilt from its sources. Every server gets a free loopback port
+# and a start-up deadline, and is stopped by pid.
 #
 #   mk/test-dist.sh SERVER...
 set -euo pipefail
@@ -83,11 +84,14 @@ if [ -n "$(git -C "$root" status --porcelain --untracked-files=no)" ]; then
 fi
 git clone --quiet --no-local "$root" "$tmp/src"
 git -C "$tmp/src" checkout --quiet "$commit"
-mkdir -p "$root/target/dist-check"
-rm -rf "$root/target/dist-check/dist"
-ln -s "$root/target/dist-check" "$tmp/src/target"
+if [ -d "$root/target/release" ]; then
+  mkdir -p "$tmp/src/target"
+  cp -a "$root/target/release" "$tmp/src/target/release"
+fi
 make -C "$tmp/src" --no-print-directory dist >"$tmp/dist.log" 2>&1 \
   || { tail -n 30 "$tmp/dist.log" >&2; fail "make dist in a fresh clone"; }
+grep -q "Compiling tb v[0-9.]* ($tmp/src)" "$tmp/dist.log" \
+  || { cat "$tmp/dist.log" >&2; fail "make dist did not compile tb from the clone's sources"; }
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$tmp/src/Cargo.toml" | head -n1)
 name="tb-$version-linux-$(uname -m)"
 tarball="$tmp/src/target/dist/$name.tar.gz"
