@@ -40,10 +40,10 @@ bench-venv:
 	@$(CURDIR)/mk/venv.sh $(BENCH_VENV)
 	@$(BENCH_PY) -m pip install --quiet --disable-pip-version-check $(BENCH_PIP)
 
-bench: build redis8 bench-deps bench-venv
+bench: build redis8 bench-deps bench-venv ## the benchmark suite (about 7 min): BENCHMARKS.md and friends
 	$(BENCH_PY) bench/bench.py --module $(MODULE) --server $(REDIS_SERVER_SYS) \
 	  --server8 "$(REDIS8_SERVER)"
 	$(BENCH_PY) bench/report.py
 
-bench-smoke: build
+bench-smoke: build ## a tiny benchmark run with sanity checks (part of make test)
 	python3 bench/bench.py --smoke --module $(MODULE) --server $(REDIS_SERVER_SYS)

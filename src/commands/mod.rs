@@ -65,8 +65,9 @@ struct Arg {
     sub: &'static [Arg],
 }
 
-/// Module version in which every command first appeared.
-const SINCE: &CStr = c"1.0.0";
+/// Module version in which every command first appeared (`since` in
+/// `COMMAND DOCS`).
+const SINCE: &CStr = crate::version::FIRST_RELEASE;
 
 const fn arg(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> Arg {
     Arg {

@@ -7,6 +7,7 @@ pub mod config;
 pub mod datatype;
 pub mod entry;
 pub mod eviction;
+pub mod log;
 pub mod reply;
 pub mod stats;
 pub mod store;
