@@ -3,12 +3,14 @@
 //! Layout:
 //! - [`bucket`] and [`parse`]: pure arithmetic and argument parsing, no Redis
 //!   types, unit-tested with an injected clock;
+//! - [`topkeys`]: the heavy-hitter sketch behind `TB.TOP`, pure as well;
 //! - `glue`: everything that touches the Redis module API (entry points, key
 //!   access, replication, the data type, configs, statistics);
 //! - `commands`: one file per command, each the whole path of that command.
 
 pub mod bucket;
 pub mod parse;
+pub mod topkeys;
 
 #[cfg(all(feature = "module", not(test)))]
 mod commands;
