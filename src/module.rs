@@ -54,6 +54,7 @@ redis_module! {
         string: [],
         bool: [
             ["expire-idle", &EXPIRE_IDLE, true, ConfigurationFlags::DEFAULT, None],
+            ["top-keys", &crate::glue::top::TOP_KEYS, true, ConfigurationFlags::DEFAULT, None],
         ],
         enum: [],
         module_args_as_configuration: true,

@@ -352,7 +352,9 @@ fn expire_idle_from_module_arguments_and_native_config() {
             "max-wait-ms",
             "60000",
             "max-blocked",
-            "10000"
+            "10000",
+            "top-keys",
+            "yes"
         ]
     );
     let _: () = redis::cmd("CONFIG")

@@ -96,4 +96,9 @@ pub const SETTINGS: &[Setting] = &[
             Ok(())
         },
     },
+    Setting {
+        name: "top-keys",
+        get: || yes_no(super::top::enabled()),
+        set: |v| parse_yes_no(v).map(|b| super::top::TOP_KEYS.store(b, Ordering::Relaxed)),
+    },
 ];

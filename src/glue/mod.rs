@@ -10,3 +10,4 @@ pub mod eviction;
 pub mod reply;
 pub mod stats;
 pub mod store;
+pub mod top;

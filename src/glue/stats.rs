@@ -118,6 +118,7 @@ pub fn reset() {
     for c in ALL {
         c.value.store(0, Ordering::Relaxed);
     }
+    super::top::reset();
 }
 
 #[info_command_handler]
