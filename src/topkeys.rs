@@ -119,6 +119,11 @@ pub struct Sketch {
     last_us: i64,
     /// Sum of every forward weight added (equals the sum of counts).
     total: f64,
+    /// The forward weight at `last_us` (computed once per instant).
+    last_forward: f64,
+    /// The entry updated last: a key denied over and over (the usual flood)
+    /// is found by one comparison, without hashing.
+    last_id: usize,
     hasher: RandomState,
 }
 
@@ -138,6 +143,8 @@ impl Sketch {
             landmark_us: now_us,
             last_us: now_us,
             total: 0.0,
+            last_forward: 1.0,
+            last_id: 0,
             hasher: RandomState::new(),
         }
     }
@@ -161,13 +168,21 @@ impl Sketch {
         if !(weight > 0.0 && weight.is_finite()) {
             return;
         }
-        let now = self.advance(now_us);
-        let w = weight * self.forward(now);
+        let w = weight * self.advance(now_us);
         self.total += w;
         let key = &key[..key.len().min(KEY_MAX)];
+        if let Some(e) = self.entries.get_mut(self.last_id) {
+            if e.key() == key {
+                e.count += w;
+                let pos = e.heap_pos as usize;
+                self.sift_down(pos);
+                return;
+            }
+        }
         let hash = self.hasher.hash_one(key);
         match self.find(key, hash) {
             Some((_, id)) => {
+                self.last_id = id;
                 self.entries[id].count += w;
                 self.sift_down(self.entries[id].heap_pos as usize);
             }
@@ -185,6 +200,7 @@ impl Sketch {
                 e.key[..key.len()].copy_from_slice(key);
                 self.entries.push(e);
                 self.heap.push(id as u32);
+                self.last_id = id;
                 self.insert_slot(id, hash);
                 self.sift_up(id);
             }
@@ -206,6 +222,7 @@ impl Sketch {
                 e.len = key.len() as u16;
                 e.key[..key.len()].copy_from_slice(key);
                 self.insert_slot(id, hash);
+                self.last_id = id;
                 self.sift_down(0);
             }
         }
@@ -242,6 +259,7 @@ impl Sketch {
 
     /// Forgets everything (the memory stays allocated).
     pub fn clear(&mut self) {
+        self.last_id = 0;
         self.entries.clear();
         self.heap.clear();
         self.table.fill(0);
@@ -260,20 +278,23 @@ impl Sketch {
 
     /// Moves the sketch's clock to `now_us` (never backwards), rescaling
     /// every count when the forward weights have grown large; returns the
-    /// time to use.
-    fn advance(&mut self, now_us: i64) -> i64 {
-        let now = now_us.max(self.last_us);
-        self.last_us = now;
-        if (now - self.landmark_us) as f64 / self.tau_us > RESCALE_AFTER {
-            let f = 1.0 / self.forward(now);
+    /// forward weight of an event now.
+    fn advance(&mut self, now_us: i64) -> f64 {
+        if now_us <= self.last_us {
+            return self.last_forward;
+        }
+        self.last_us = now_us;
+        if (now_us - self.landmark_us) as f64 / self.tau_us > RESCALE_AFTER {
+            let f = 1.0 / self.forward(now_us);
             for e in &mut self.entries {
                 e.count *= f;
                 e.error *= f;
             }
             self.total *= f;
-            self.landmark_us = now;
+            self.landmark_us = now_us;
         }
-        now
+        self.last_forward = self.forward(now_us);
+        self.last_forward
     }
 
     /// `exp((t - landmark) / tau)`: the forward weight of an event at `t`.
