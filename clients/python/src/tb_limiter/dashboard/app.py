@@ -7,7 +7,7 @@ Routes:
   internet);
 - ``/api/snapshot``: the latest reading as JSON (what the page polls);
 - ``/metrics``: the same figures in the Prometheus text format;
-- ``/healthz``: ``ok`` once a reading succeeded, 503 before.
+- ``/healthz``: ``ok`` once there is a reading, 503 before.
 """
 
 from __future__ import annotations
@@ -42,8 +42,9 @@ def plotly_js() -> Path:
 
 
 def create_app(sampler: Sampler, *, metrics_top_keys: int = 10, poll: bool = True) -> Starlette:
-    """The ASGI app; with ``poll``, a thread reads the source every
-    ``sampler.interval`` seconds while the app runs."""
+    """The ASGI app; with ``poll``, it reads the source once at start-up,
+    then a thread reads it every ``sampler.interval`` seconds while the app
+    runs."""
     reg = registry(sampler, metrics_top_keys)
     js = plotly_js()
 
@@ -70,6 +71,9 @@ def create_app(sampler: Sampler, *, metrics_top_keys: int = 10, poll: bool = Tru
         stop = threading.Event()
         thread = None
         if poll:
+            # One reading before serving: the page and /metrics have figures
+            # from the start (a node's error is part of the reading).
+            sampler.poll_safely()
             thread = threading.Thread(target=sampler.run, args=(stop,), name="tb-dashboard-poll", daemon=True)
             thread.start()
         try:

@@ -127,15 +127,19 @@ class Sampler:
             self.polls += 1
         return s
 
+    def poll_safely(self) -> None:
+        """:meth:`poll`, keeping any failure in the snapshot (``fatal``)
+        instead of raising: the page keeps being served and says why."""
+        try:
+            self.poll()
+        except Exception as e:
+            with self._lock:
+                self._snapshot = dict(self._snapshot, fatal=repr(e))
+
     def run(self, stop: threading.Event) -> None:
-        """Polls until ``stop`` is set."""
-        while not stop.is_set():
-            try:
-                self.poll()
-            except Exception as e:  # keep serving the page whatever happens
-                with self._lock:
-                    self._snapshot = dict(self._snapshot, fatal=repr(e))
-            stop.wait(self.interval)
+        """Polls every ``interval`` seconds until ``stop`` is set."""
+        while not stop.wait(self.interval):
+            self.poll_safely()
 
     # -- deriving ---------------------------------------------------------
 

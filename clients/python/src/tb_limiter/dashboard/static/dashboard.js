@@ -181,6 +181,11 @@ async function update() {
       state.updates += 1;
       document.body.dataset.updates = String(state.updates);
     }
+    if (s.fatal) {
+      const st = document.getElementById("status");
+      st.textContent = "reading failed: " + s.fatal;
+      st.className = "status error";
+    }
     state.error = null;
     setTimeout(update, 1000 * ((s && s.interval_s) || 1));
   } catch (e) {
