@@ -14,8 +14,6 @@ from typing import Any, List
 import pytest
 from playwright.sync_api import Page, sync_playwright
 
-from tb_limiter.dashboard.collect import command
-
 from conftest import APP_RULES, DASHBOARD_EXTRA, Dashboard, Workload, screenshot_dir, setuser, workload_client
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -153,6 +151,5 @@ def test_the_page_shows_who_is_limited_and_updates_live(server: Any, dashboard_f
     finally:
         load.stop()
     # The dashboard needed nothing its user may not do.
-    log = command(admin, "ACL", "LOG")
-    assert [e for e in log if b"dashboard" in e[e.index(b"username") + 1]] == [], log
+    assert [e for e in admin.acl_log() if e["username"] == "dashboard"] == []
     assert load.ticks > 0 and load.replies["denied"] > 0
