@@ -333,6 +333,7 @@ pub fn top_options<'a>(
 #[cfg(test)]
 mod top_options_tests {
     use super::*;
+    use proptest::strategy::Strategy;
 
     const ERR_COUNT: ParseError = "ERR count";
 
@@ -364,6 +365,24 @@ mod top_options_tests {
         assert_eq!(top(&["DENIED", "WAITS"]), Err(ERR_TOP_OPTION));
         assert_eq!(top(&["WAITED"]), Err(ERR_TOP_OPTION));
         assert_eq!(top(&["3"]), Err(ERR_TOP_OPTION));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics_and_stays_in_range(
+            args in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::sample::select(vec!["DENIED", "waits", "COUNT", "count", "0", "256", "257", "-1", ""])
+                        .prop_map(String::from),
+                    "\\PC{0,4}".prop_map(String::from)
+                ],
+                0..6,
+            ),
+        ) {
+            if let Ok(o) = top_options(args.iter().map(|a| a.as_bytes()), 256, ERR_COUNT) {
+                proptest::prop_assert!(o.count <= 256);
+            }
+        }
     }
 }
 

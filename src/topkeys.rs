@@ -54,13 +54,11 @@ pub const KEY_MAX: usize = 256;
 /// forward weights stay far from overflow (`e^32` is about `8e13`).
 const RESCALE_AFTER: f64 = 32.0;
 
-/// One monitored key.
+/// One monitored key (its count is in its heap node).
 #[derive(Clone)]
 struct Entry {
-    /// Forward-decayed weight: an overestimate of the key's true weight.
-    count: f64,
-    /// How much of `count` may belong to other keys (the count inherited when
-    /// this key took the entry over).
+    /// How much of the count may belong to other keys (the count inherited
+    /// when this key took the entry over).
     error: f64,
     /// Hash of the key name (as kept), for the index.
     hash: u64,
@@ -76,6 +74,16 @@ impl Entry {
     fn key(&self) -> &[u8] {
         &self.key[..self.len as usize]
     }
+}
+
+/// A heap node: an entry's count next to its id, so that ordering the heap
+/// reads one array.
+#[derive(Clone, Copy)]
+struct Node {
+    /// Forward-decayed weight: an overestimate of the key's true weight.
+    count: f64,
+    /// The entry counted.
+    id: u32,
 }
 
 /// A monitored key as reported by [`Sketch::top`], in decayed units at the
@@ -107,8 +115,8 @@ pub struct Summary {
 /// Space-Saving over exponentially decayed weights, in fixed memory.
 pub struct Sketch {
     entries: Vec<Entry>,
-    /// Entry ids, a min-heap by `count`.
-    heap: Vec<u32>,
+    /// A min-heap by `count`, one node per entry.
+    heap: Vec<Node>,
     /// Open addressing: `id + 1` of the entry whose key hashes here, 0 = empty.
     /// At most half full, so probes stay short.
     table: Vec<u32>,
@@ -159,7 +167,7 @@ impl Sketch {
     pub fn memory_bytes(&self) -> usize {
         std::mem::size_of::<Sketch>()
             + self.entries.capacity() * std::mem::size_of::<Entry>()
-            + self.heap.capacity() * std::mem::size_of::<u32>()
+            + self.heap.capacity() * std::mem::size_of::<Node>()
             + self.table.capacity() * std::mem::size_of::<u32>()
     }
 
@@ -171,11 +179,9 @@ impl Sketch {
         let w = weight * self.advance(now_us);
         self.total += w;
         let key = &key[..key.len().min(KEY_MAX)];
-        if let Some(e) = self.entries.get_mut(self.last_id) {
+        if let Some(e) = self.entries.get(self.last_id) {
             if e.key() == key {
-                e.count += w;
-                let pos = e.heap_pos as usize;
-                self.sift_down(pos);
+                self.bump(e.heap_pos as usize, w);
                 return;
             }
         }
@@ -183,13 +189,11 @@ impl Sketch {
         match self.find(key, hash) {
             Some((_, id)) => {
                 self.last_id = id;
-                self.entries[id].count += w;
-                self.sift_down(self.entries[id].heap_pos as usize);
+                self.bump(self.entries[id].heap_pos as usize, w);
             }
             None if self.entries.len() < self.capacity => {
                 let id = self.entries.len();
                 let mut e = Entry {
-                    count: w,
                     error: 0.0,
                     hash,
                     heap_pos: id as u32,
@@ -199,15 +203,19 @@ impl Sketch {
                 e.len = key.len() as u16;
                 e.key[..key.len()].copy_from_slice(key);
                 self.entries.push(e);
-                self.heap.push(id as u32);
+                self.heap.push(Node {
+                    count: w,
+                    id: id as u32,
+                });
                 self.last_id = id;
                 self.insert_slot(id, hash);
                 self.sift_up(id);
             }
             None => {
                 // Take over the entry with the smallest count.
-                let id = self.heap[0] as usize;
-                let (old_key_hash, min) = (self.entries[id].hash, self.entries[id].count);
+                let Node { count: min, id } = self.heap[0];
+                let id = id as usize;
+                let old_key_hash = self.entries[id].hash;
                 let Some(slot) = self.find_slot_of(id, old_key_hash) else {
                     // Unreachable (every monitored entry is indexed); if it
                     // ever were, start afresh rather than corrupt the index.
@@ -216,14 +224,13 @@ impl Sketch {
                 };
                 self.remove_slot(slot);
                 let e = &mut self.entries[id];
-                e.count = min + w;
                 e.error = min;
                 e.hash = hash;
                 e.len = key.len() as u16;
                 e.key[..key.len()].copy_from_slice(key);
                 self.insert_slot(id, hash);
                 self.last_id = id;
-                self.sift_down(0);
+                self.bump(0, w);
             }
         }
     }
@@ -231,21 +238,22 @@ impl Sketch {
     /// The `n` heaviest keys and the bounds, in decayed units at `now_us`.
     pub fn top(&self, n: usize, now_us: i64) -> Summary {
         let scale = 1.0 / self.forward(now_us.max(self.last_us));
-        let mut ids: Vec<usize> = (0..self.entries.len()).collect();
-        ids.sort_unstable_by(|&a, &b| {
-            let (ea, eb) = (&self.entries[a], &self.entries[b]);
-            eb.count
-                .total_cmp(&ea.count)
-                .then_with(|| ea.key().cmp(eb.key()))
+        let mut nodes = self.heap.clone();
+        nodes.sort_unstable_by(|a, b| {
+            let (ka, kb) = (
+                self.entries[a.id as usize].key(),
+                self.entries[b.id as usize].key(),
+            );
+            b.count.total_cmp(&a.count).then_with(|| ka.cmp(kb))
         });
-        let hits = ids
+        let hits = nodes
             .into_iter()
             .take(n)
-            .map(|id| {
-                let e = &self.entries[id];
+            .map(|node| {
+                let e = &self.entries[node.id as usize];
                 Hit {
                     key: e.key().to_vec(),
-                    count: e.count * scale,
+                    count: node.count * scale,
                     error: e.error * scale,
                 }
             })
@@ -272,7 +280,7 @@ impl Sketch {
         if self.entries.len() < self.capacity {
             0.0
         } else {
-            self.entries[self.heap[0] as usize].count
+            self.heap[0].count
         }
     }
 
@@ -286,8 +294,10 @@ impl Sketch {
         self.last_us = now_us;
         if (now_us - self.landmark_us) as f64 / self.tau_us > RESCALE_AFTER {
             let f = 1.0 / self.forward(now_us);
+            for node in &mut self.heap {
+                node.count *= f;
+            }
             for e in &mut self.entries {
-                e.count *= f;
                 e.error *= f;
             }
             self.total *= f;
@@ -371,44 +381,62 @@ impl Sketch {
         }
     }
 
+    #[cfg(test)]
     fn count_at(&self, pos: usize) -> f64 {
-        self.entries[self.heap[pos] as usize].count
+        self.heap[pos].count
     }
 
-    fn swap(&mut self, a: usize, b: usize) {
-        self.heap.swap(a, b);
-        self.entries[self.heap[a] as usize].heap_pos = a as u32;
-        self.entries[self.heap[b] as usize].heap_pos = b as u32;
+    /// Puts `node` at heap position `pos` and tells its entry.
+    fn place(&mut self, pos: usize, node: Node) {
+        self.heap[pos] = node;
+        self.entries[node.id as usize].heap_pos = pos as u32;
     }
 
+    /// Adds `w` to the count at heap position `pos` and restores the order
+    /// (a count only grows, so it can only move down).
+    fn bump(&mut self, pos: usize, w: f64) {
+        self.heap[pos].count += w;
+        self.sift_down(pos);
+    }
+
+    /// Moves the node at `pos` up while it is smaller than its parent,
+    /// shifting the parents down into the hole.
     fn sift_up(&mut self, mut pos: usize) {
+        let node = self.heap[pos];
         while pos > 0 {
             let parent = (pos - 1) / 2;
-            if self.count_at(pos) >= self.count_at(parent) {
-                return;
+            if node.count >= self.heap[parent].count {
+                break;
             }
-            self.swap(pos, parent);
+            self.place(pos, self.heap[parent]);
             pos = parent;
         }
+        self.place(pos, node);
     }
 
+    /// Moves the node at `pos` down while a child is smaller, shifting the
+    /// smaller child up into the hole.
     fn sift_down(&mut self, mut pos: usize) {
         let n = self.heap.len();
+        let node = self.heap[pos];
         loop {
-            let (l, r) = (2 * pos + 1, 2 * pos + 2);
-            let mut least = pos;
-            if l < n && self.count_at(l) < self.count_at(least) {
-                least = l;
+            let l = 2 * pos + 1;
+            if l >= n {
+                break;
             }
-            if r < n && self.count_at(r) < self.count_at(least) {
-                least = r;
+            let r = l + 1;
+            let child = if r < n && self.heap[r].count < self.heap[l].count {
+                r
+            } else {
+                l
+            };
+            if self.heap[child].count >= node.count {
+                break;
             }
-            if least == pos {
-                return;
-            }
-            self.swap(pos, least);
-            pos = least;
+            self.place(pos, self.heap[child]);
+            pos = child;
         }
+        self.place(pos, node);
     }
 }
 
@@ -665,7 +693,7 @@ mod tests {
                 for id in 0..n {
                     let e = &s.entries[id];
                     prop_assert_eq!(s.find(e.key(), e.hash).map(|x| x.1), Some(id));
-                    prop_assert_eq!(s.heap[e.heap_pos as usize] as usize, id);
+                    prop_assert_eq!(s.heap[e.heap_pos as usize].id as usize, id);
                 }
                 for p in 1..s.heap.len() {
                     prop_assert!(s.count_at((p - 1) / 2) <= s.count_at(p), "heap order");
