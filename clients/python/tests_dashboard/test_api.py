@@ -27,6 +27,11 @@ def metrics(d: Dashboard) -> Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float
     return out
 
 
+def sample(metric: str, **labels: str) -> Tuple[str, Tuple[Tuple[str, str], ...]]:
+    """The key of a sample in :func:`metrics`' result."""
+    return (metric, tuple(sorted(labels.items())))
+
+
 def settle(d: Dashboard) -> Any:
     """Waits for two readings after the caller's last change, so the latest
     reading saw it."""
@@ -50,23 +55,23 @@ def test_metrics_carry_what_the_server_reports(server: Any, dashboard_factory: A
     snap = settle(d)
     m = metrics(d)
     info = admin.info("tb")
-    node = (("node", "127.0.0.1:%d" % server.port),)
+    node = "127.0.0.1:%d" % server.port
     for name in ("calls", "allowed", "denied", "reservations", "peeks", "never_satisfiable", "tokens_granted"):
-        assert m[("tb_%s_total" % name, node)] == info["tb_" + name], name
-    assert m[("tb_node_up", node + (("role", "server"),))] == 1.0
-    assert m[("tb_blocked_now", node)] == info["tb_blocked_now"]
-    assert m[("tb_setting", node + (("name", "max_blocked"),))] == 1234
-    assert m[("tb_setting", node + (("name", "top_keys"),))] == 1
+        assert m[sample("tb_%s_total" % name, node=node)] == info["tb_" + name], name
+    assert m[sample("tb_node_up", node=node, role="server")] == 1.0
+    assert m[sample("tb_blocked_now", node=node)] == info["tb_blocked_now"]
+    assert m[sample("tb_setting", node=node, name="max_blocked")] == 1234
+    assert m[sample("tb_setting", node=node, name="top_keys")] == 1
     # The wait histogram, in seconds as Prometheus has it.
-    assert m[("tb_wait_seconds_count", node)] == info["tb_wait_ms_count"]
-    assert m[("tb_wait_seconds_sum", node)] == info["tb_wait_ms_sum"] / 1000
-    assert m[("tb_wait_seconds_bucket", node + (("le", "1.0"),))] == info["tb_wait_ms_le_1000"]
-    assert m[("tb_wait_seconds_bucket", node + (("le", "+Inf"),))] == info["tb_wait_ms_le_inf"]
+    assert m[sample("tb_wait_seconds_count", node=node)] == info["tb_wait_ms_count"]
+    assert m[sample("tb_wait_seconds_sum", node=node)] == info["tb_wait_ms_sum"] / 1000
+    assert m[sample("tb_wait_seconds_bucket", node=node, le="1.0")] == info["tb_wait_ms_le_1000"]
+    assert m[sample("tb_wait_seconds_bucket", node=node, le="+Inf")] == info["tb_wait_ms_le_inf"]
     # The top keys, as the page lists them.
     for k in snap["top_denied"]["keys"][:10]:
-        assert m[("tb_top_denied", (("key", k["key"]),))] == k["count"]
-    assert m[("tb_top_wait_ms", (("key", "rl:slow"),))] == snap["top_waits"]["keys"][0]["count"]
-    assert ("tb_top_denied_error_bound", ()) in m
+        assert m[sample("tb_top_denied", key=k["key"])] == k["count"]
+    assert m[sample("tb_top_wait_ms", key="rl:slow")] == snap["top_waits"]["keys"][0]["count"]
+    assert sample("tb_top_denied_error_bound") in m
     assert acl_denials(admin, "dashboard") == []
 
 

@@ -136,10 +136,14 @@ def test_the_page_shows_who_is_limited_and_updates_live(server: Any, dashboard_f
                 assert settings == {"expire_idle": "yes", "max_wait_ms": "60000", "max_blocked": "1234", "top_keys": "yes"}
                 assert node[0][-1] == "ok"
 
-                # Live: more readings arrive and the charts grow.
+                # Live: more readings arrive and the charts grow (to 20
+                # points at least, for a screenshot that shows a trend).
                 before = page.evaluate("() => [window.tbDashboard.updates, document.getElementById('chart-rates').data[0].x.length]")
                 page.wait_for_function(
-                    "([u, n]) => window.tbDashboard.updates >= u + 2 && document.getElementById('chart-rates').data[0].x.length > n",
+                    """([u, n]) => {
+                        const x = document.getElementById('chart-rates').data[0].x.length;
+                        return window.tbDashboard.updates >= u + 2 && x > n && x >= 20;
+                    }""",
                     arg=before,
                     timeout=30_000,
                 )
