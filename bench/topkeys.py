@@ -146,8 +146,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--module", default=os.path.join(B.ROOT, "target", "release", "libtb.so"))
     ap.add_argument("--server", default=shutil.which("redis-server") or "/usr/bin/redis-server")
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--seconds", type=float, default=0.5,
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--seconds", type=float, default=0.3,
                     help="target length of one pipelined run (unpipelined: twice that)")
     ap.add_argument("--keyspace", type=int, default=B.KEYSPACE)
     ap.add_argument("--callgrind-requests", type=int, default=20000)
