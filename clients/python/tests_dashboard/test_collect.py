@@ -8,10 +8,12 @@ import math
 from typing import Any
 
 import pytest
+import redis
 
 from tb_limiter.dashboard import bucket_info, merge_tops, parse_info_tb, parse_top, quantile, read_top
 from tb_limiter.dashboard.__main__ import redact
-from tb_limiter.dashboard.collect import TopKey, TopList, histogram_delta, without_zero_waits
+from tb_limiter.dashboard.collect import NodeInfo, TopKey, TopList, histogram_delta, without_zero_waits
+from tb_limiter.dashboard.sampler import Sample, Sampler
 
 INF = math.inf
 
@@ -107,3 +109,31 @@ def test_read_top_and_bucket_info_on_a_server(server: Any) -> None:
     info = bucket_info(c, b"rl:k")
     assert info is not None and info["capacity"] == 1 and 0 <= info["fill"] < 0.01
     assert bucket_info(c, b"rl:missing") is None
+
+
+def reading(t: float, allowed: int, denied: int, waits: list[tuple[float, int]]) -> Sample:
+    node = NodeInfo("h:1", "server", counters={"allowed": allowed, "denied": denied, "reservations": 0},
+                    gauges={"blocked_now": 0}, wait_buckets=waits)
+    return Sample(t, [node], None, None, {}, [])
+
+
+def test_sampler_rates_and_windowed_percentiles() -> None:
+    s = Sampler(redis.Redis(), source="test", interval=1.0, window_s=2.0)
+    s.record(reading(100.0, 10, 0, [(0.0, 10), (100.0, 10), (INF, 10)]))
+    snap = s.snapshot()
+    assert snap["series"]["allowed"] == [None], "one reading: no rate yet"
+    assert snap["waits"]["all"]["p99"] is None, "one reading: no window yet"
+    s.record(reading(101.0, 30, 5, [(0.0, 20), (100.0, 30), (INF, 30)]))
+    s.record(reading(102.0, 40, 6, [(0.0, 20), (100.0, 40), (INF, 40)]))
+    snap = s.snapshot()
+    assert snap["series"]["allowed"] == [None, 20.0, 10.0]
+    assert snap["series"]["denied"] == [None, 5.0, 1.0]
+    # The window is the last 2 s: from the first reading, 30 grants, 10 of
+    # them at once and 20 waiting up to 100 ms.
+    w = snap["waits"]
+    assert w["all"]["count"] == 30 and w["reserved"]["count"] == 20
+    assert w["all"]["p50"] == pytest.approx(100 * (15 - 10) / 20)
+    assert w["reserved"]["p50"] == pytest.approx(50.0)
+    # A counter that goes back (TB.CONFIG RESETSTAT) counts from zero.
+    s.record(reading(103.0, 4, 1, [(0.0, 0), (100.0, 0), (INF, 0)]))
+    assert s.snapshot()["series"]["allowed"][-1] == 4.0

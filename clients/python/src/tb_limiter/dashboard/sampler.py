@@ -118,7 +118,10 @@ class Sampler:
 
     def poll(self) -> Sample:
         """Reads once, records the sample and rebuilds the snapshot."""
-        s = self.read()
+        return self.record(self.read())
+
+    def record(self, s: Sample) -> Sample:
+        """Adds a reading to the history and rebuilds the snapshot."""
         with self._lock:
             prev = self._samples[-1] if self._samples else None
             self._samples.append(s)
@@ -176,10 +179,10 @@ class Sampler:
         empty: Dict[str, Optional[float]] = {"p50": None, "p90": None, "p99": None, "count": None}
         out = {"all": dict(empty), "reserved": dict(empty)}
         cur = s.waits()
-        if not cur:
-            return out
         start = self._window_start(s)
-        window = collect.histogram_delta(cur, start.waits()) if start else cur
+        if not cur or start is None:
+            return out  # no histogram, or no earlier reading yet
+        window = collect.histogram_delta(cur, start.waits())
         for name, h in (("all", window), ("reserved", collect.without_zero_waits(window))):
             out[name]["count"] = float(h[-1][1]) if h else 0.0
             for q, v in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
