@@ -386,6 +386,11 @@ def main():
                   " and Redis %s for the memory and replication rows" % m["servers"]["second"]),
                  m["redis_benchmark"], m["module_commit"], m["loadavg_start"],
                  m["loadavg_end"], m["run_seconds"]))
+    if "memory_run" in r:
+        L.append("The memory rows were measured again on their own (`bench/bench.py "
+                 "--only-memory`, which replaces them in `bench/results.json`) on %s, module "
+                 "commit %s: allocation sizes do not depend on the machine's load.\n" % (
+                     r["memory_run"]["date_utc"], r["memory_run"]["module_commit"]))
     L.append("> Absolute numbers on a shared machine drift by 2x between runs (other jobs share "
              "these cores), so each throughput and latency figure is also given as a ratio to "
              "plain `INCR` measured in the same round, and the ratios are what count. Each "
@@ -447,9 +452,10 @@ def main():
     for m_ in r["memory"]:
         k = m_["kinds"]
         L.append("On Redis %s a bucket takes %.0f bytes more than the cheapest key with an "
-                 "expiry: the bucket's value (an exact 128-bit token count, the time, the "
-                 "rate as a fraction and the capacity) and the wrapper Redis puts around every "
-                 "module-type value; the script's hash takes %.0f bytes more. The key with its "
+                 "expiry: the bucket's value (its exact state packed into 32 bytes: tokens, "
+                 "time, the rate as a fraction and the capacity) and the wrapper Redis puts "
+                 "around every module-type value; the script's hash takes %.0f bytes more. The "
+                 "key with its "
                  "expiry costs %.0f bytes before any value, so the 150-byte target %s." % (
                      m_["server"], k["tb"]["bytes_per_key"] - k["set_px"]["bytes_per_key"],
                      k["lua"]["bytes_per_key"] - k["set_px"]["bytes_per_key"],

@@ -1,14 +1,16 @@
 //! `tb`: a token-bucket rate limiter as a native Redis module.
 //!
 //! Layout:
-//! - [`bucket`] and [`parse`]: pure arithmetic and argument parsing, no Redis
-//!   types, unit-tested with an injected clock;
+//! - [`bucket`], [`codec`] and [`parse`]: pure arithmetic, the state's
+//!   encodings and argument parsing, no Redis types, unit-tested with an
+//!   injected clock;
 //! - [`topkeys`]: the heavy-hitter sketch behind `TB.TOP`, pure as well;
 //! - `glue`: everything that touches the Redis module API (entry points, key
 //!   access, replication, the data type, configs, statistics);
 //! - `commands`: one file per command, each the whole path of that command.
 
 pub mod bucket;
+pub mod codec;
 pub mod parse;
 pub mod topkeys;
 

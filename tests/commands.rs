@@ -112,14 +112,15 @@ fn fixed_budget_and_zero_capacity() {
     assert_eq!(i["tokens"], "0");
     assert_eq!(i["rate"], "0");
     assert_eq!(i["reset_after_ms"], "-1");
-    // capacity 0 denies everything, forever, and stores nothing.
+    // capacity 0 denies everything, forever, and stores nothing; a peek
+    // says so too.
     assert_eq!(
         consume(&mut c, "off", "10", "0", None),
         vec![0, 0, -1, 0, 0]
     );
     assert_eq!(
         consume(&mut c, "off", "10", "0", Some("0")),
-        vec![1, 0, 0, 0, 0]
+        vec![0, 0, -1, 0, 0]
     );
     assert!(info(&mut c, "off").is_none());
 }
@@ -153,6 +154,32 @@ fn peek_writes_nothing() {
         repl_offset(&mut c),
         offset_before,
         "peeks propagate nothing"
+    );
+    // A peek answers for one token: on an empty bucket it is denied, with
+    // the wait for one token (1000 s at 0.001/s), like a request for one.
+    let time_ms = |c: &mut Connection| {
+        let t: Vec<i64> = redis::cmd("TIME").query(c).unwrap();
+        t[0] * 1000 + t[1] / 1000
+    };
+    let before = time_ms(&mut c);
+    consume(&mut c, "e", "0.001", "3", Some("3"));
+    let one = consume(&mut c, "e", "0.001", "3", Some("1"));
+    let peek = consume(&mut c, "e", "0.001", "3", Some("0"));
+    let between = time_ms(&mut c) - before + 1;
+    assert_eq!(one[..2], [0, 0]);
+    assert!(
+        one[2] <= 1_000_000 && one[2] >= 1_000_000 - between,
+        "{one:?}"
+    );
+    assert_eq!(
+        [peek[0], peek[1], peek[4]],
+        [0, 0, 0],
+        "a peek on an empty bucket is no allowed request"
+    );
+    // Read after `one`: its wait is at most one's.
+    assert!(
+        peek[2] <= one[2] && peek[2] >= one[2] - between,
+        "{peek:?} {one:?}"
     );
 }
 

@@ -10,7 +10,6 @@ use crate::glue::store::{self, BucketKey};
 use crate::glue::{blocking, clock, config, stats, top};
 use crate::parse::{self, Wait, ERR_CAPACITY};
 
-const ERR_TOO_LONG: &str = "ERR wait exceeds tb.max-wait-ms";
 const ERR_CANNOT_BLOCK: &str =
     "ERR BLOCK cannot wait inside MULTI, a script, or on a client that cannot block: use RESERVE and wait on the client";
 
@@ -28,8 +27,9 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         Wait::No if opts.atmost => Mode::AtMost,
         Wait::No => Mode::All,
         Wait::Reserve(ms) | Wait::Block(ms) => {
-            if ms > config::max_wait_ms() {
-                return Err(ERR_TOO_LONG.into());
+            let max = config::max_wait_ms();
+            if ms > max {
+                return Err(CmdError::Owned(parse::err_wait_exceeds(max)));
             }
             Mode::Reserve {
                 max_wait_us: ms * 1000,

@@ -42,8 +42,9 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
                 parse::MAX_WAIT_MS,
                 parse::ERR_WAIT,
             )?;
-            if ms > config::max_wait_ms() {
-                return Err("ERR wait exceeds tb.max-wait-ms".into());
+            let max = config::max_wait_ms();
+            if ms > max {
+                return Err(CmdError::Owned(parse::err_wait_exceeds(max)));
             }
             mode = Mode::Reserve {
                 max_wait_us: ms * 1000,
@@ -94,8 +95,8 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     r.array(2 + k);
     r.int(i64::from(o.allowed));
     r.int(o.retry_after_ms);
-    for b in &o.buckets {
-        r.int(b.whole_tokens() as i64);
+    for &left in &o.remaining {
+        r.int(left as i64);
     }
     Ok(())
 }

@@ -27,6 +27,6 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         store::commit(ctx.raw, &key, &b);
         stats::REFUNDS.add(1);
     }
-    ctx.reply().int(b.whole_tokens() as i64);
+    ctx.reply().int(b.whole_tokens(now) as i64);
     Ok(())
 }

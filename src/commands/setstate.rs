@@ -4,12 +4,13 @@
 //! never re-run a clock-dependent command. Deterministic: it reads no clock.
 //!
 //! Replication and AOF rewrite send the compact binary `state`
-//! ([`crate::bucket::wire`], recognised by its first byte); the decimal form,
+//! ([`crate::codec::wire`], recognised by its first byte); the decimal form,
 //! with `expire_at_ms` 0 for no expiry, is accepted too, for people and tools.
 
 use redis_module::raw;
 
-use crate::bucket::{wire, Bucket, Rate};
+use crate::bucket::{Bucket, Rate};
+use crate::codec::wire;
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
 use crate::glue::store::BucketKey;
 use crate::parse;

@@ -5,7 +5,9 @@
 //! reply callback never writes or replicates, which keeps clear of the Redis
 //! 7.0.15 crash with writes in blocked-client callbacks, and FIFO order is the
 //! order of the reservations. A timer unblocks the client when its
-//! reservation is due; other clients are never delayed. A client that
+//! reservation is due, after the promised wait in real time whatever the
+//! wall clock does meanwhile (a monotonic timer, [`super::waker`]); other
+//! clients are never delayed. A client that
 //! disconnects while waiting (or that Redis unblocks, as when a master turns
 //! replica) keeps its reservation: the tokens stay taken; it stops counting
 //! as blocked at once.
@@ -16,11 +18,11 @@ use std::os::raw::{c_int, c_void};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use redis_module::{raw, Context};
+use redis_module::raw;
 
 use super::entry::guard;
 use super::reply::Replier;
-use super::{config, stats};
+use super::{config, stats, waker};
 
 /// The reply a blocked client gets when its reservation is due.
 type Due = [i64; 5];
@@ -61,6 +63,9 @@ pub fn has_room() -> bool {
 /// Blocks the calling client for `wait_ms`, then replies `due`. Returns false
 /// if Redis refused to block the client (the caller then replies itself).
 pub fn block_for(ctx: *mut raw::RedisModuleCtx, wait_ms: i64, due: Due) -> bool {
+    if !waker::start() {
+        return false;
+    }
     // SAFETY: ctx is the live context of the current command; the callbacks
     // match the signatures Redis expects; no timeout (the timer unblocks).
     let bc = unsafe {
@@ -74,11 +79,10 @@ pub fn block_for(ctx: *mut raw::RedisModuleCtx, wait_ms: i64, due: Due) -> bool 
     WAITING.with(|w| w.borrow_mut().insert(bc as usize));
     stats::BLOCKED_NOW.fetch_add(1, Ordering::Relaxed);
     stats::BLOCKED_TOTAL.add(1);
-    let context = Context::new(ctx);
-    context.create_timer(
+    waker::create(
         Duration::from_millis(wait_ms.max(0) as u64),
         unblock,
-        Waiter { bc, due },
+        Box::into_raw(Box::new(Waiter { bc, due })).cast(),
     );
     true
 }
@@ -89,8 +93,11 @@ struct Waiter {
     due: Due,
 }
 
-fn unblock(_ctx: &Context, w: Waiter) {
+fn unblock(data: *mut c_void) {
     guard((), || {
+        // SAFETY: `data` is the Box<Waiter> leaked in `block_for`; a timer
+        // runs once.
+        let w = unsafe { *Box::from_raw(data.cast::<Waiter>()) };
         let privdata = Box::into_raw(Box::new(w.due));
         release(w.bc);
         // SAFETY: bc came from RedisModule_BlockClient and is unblocked exactly

@@ -11,3 +11,4 @@ pub mod reply;
 pub mod stats;
 pub mod store;
 pub mod top;
+pub mod waker;

@@ -2,14 +2,15 @@
 //! the resulting state.
 
 use std::cell::Cell;
-use std::os::raw::c_longlong;
+use std::os::raw::{c_longlong, c_void};
 
 use redis_module::raw;
 
 use super::config;
-use super::datatype::tb_type;
+use super::datatype::{self, tb_type};
 use super::entry::CmdError;
-use crate::bucket::{wire, Bucket, Expiry};
+use crate::bucket::{Bucket, Expiry};
+use crate::codec::wire;
 
 /// Name of the internal command that sets a bucket's absolute state; it is
 /// what replicas and the AOF receive instead of the client's command.
@@ -19,9 +20,9 @@ pub const SETSTATE: &std::ffi::CStr = c"TB.SETSTATE";
 pub struct BucketKey {
     key: *mut raw::RedisModuleKey,
     name: *mut raw::RedisModuleString,
-    /// The stored bucket found by [`BucketKey::get`] (null if none), so that
+    /// The stored value found by [`BucketKey::get`] (null if none), so that
     /// [`BucketKey::put`] writes it in place without asking Redis again.
-    value: Cell<*mut Bucket>,
+    value: Cell<*mut c_void>,
 }
 
 impl BucketKey {
@@ -55,11 +56,11 @@ impl BucketKey {
     pub fn get(&self) -> Result<Option<Bucket>, CmdError> {
         let found = self.value_ptr()?;
         self.value.set(found.unwrap_or(std::ptr::null_mut()));
-        // SAFETY: a non-null value pointer of our type points to a live Bucket.
-        Ok(found.map(|p| unsafe { *p }))
+        // SAFETY: a non-null value of our type is a live value of datatype.rs.
+        Ok(found.map(|p| unsafe { datatype::read_value(p) }))
     }
 
-    fn value_ptr(&self) -> Result<Option<*mut Bucket>, CmdError> {
+    fn value_ptr(&self) -> Result<Option<*mut c_void>, CmdError> {
         // SAFETY: self.key is an open key (NULL for a missing key opened
         // read-only, which KeyType reports as empty).
         unsafe {
@@ -72,32 +73,48 @@ impl BucketKey {
             {
                 return Err(CmdError::WrongType);
             }
-            let value = raw::RedisModule_ModuleTypeGetValue.unwrap()(self.key).cast::<Bucket>();
+            let value = raw::RedisModule_ModuleTypeGetValue.unwrap()(self.key);
             Ok((!value.is_null()).then_some(value))
         }
     }
 
-    /// Stores `b`, in place when [`BucketKey::get`] found a bucket. The
-    /// caller has checked the key's type with `get` first.
+    /// Stores `b`, in place when [`BucketKey::get`] found a bucket whose
+    /// value has the form `b` takes (packed or wide), else as a new value
+    /// that replaces the old one (keeping the key's expiry). The caller has
+    /// checked the key's type with `get` first.
     pub fn put(&self, b: &Bucket) {
         let existing = self.value.get();
-        if !existing.is_null() {
-            // SAFETY: `get` found this live value under the still-open key, and
-            // no reference to it is held.
-            unsafe { *existing = *b };
+        // SAFETY: `get` found this live value under the still-open key, and
+        // no reference to it is held.
+        if !existing.is_null() && unsafe { datatype::write_value(existing, b) } {
             return;
         }
-        let value = Box::into_raw(Box::new(*b));
-        // SAFETY: the key is open for writing and empty; Redis owns `value`
-        // from here on and frees it through the type's free callback.
+        let value = datatype::new_value(b);
+        // SAFETY: the key is open for writing and holds our type's `existing`
+        // value, or nothing; Redis owns `value` from here on and frees it
+        // through the type's free callback; the replaced value is ours to free.
         let status = unsafe {
-            raw::RedisModule_ModuleTypeSetValue.unwrap()(self.key, tb_type(), value.cast())
+            if existing.is_null() {
+                raw::RedisModule_ModuleTypeSetValue.unwrap()(self.key, tb_type(), value)
+            } else {
+                let mut old = std::ptr::null_mut();
+                let status = raw::RedisModule_ModuleTypeReplaceValue.unwrap()(
+                    self.key,
+                    tb_type(),
+                    value,
+                    &mut old,
+                );
+                if status == raw::Status::Ok as i32 && !old.is_null() {
+                    datatype::free_value(old);
+                }
+                status
+            }
         };
         if status == raw::Status::Ok as i32 {
             self.value.set(value);
         } else {
-            // SAFETY: Redis did not take ownership, so the box is still ours.
-            drop(unsafe { Box::from_raw(value) });
+            // SAFETY: Redis did not take ownership, so the value is still ours.
+            unsafe { datatype::free_value(value) };
         }
     }
 

@@ -97,10 +97,11 @@ fn record_multi_slow<'a>(
 ) {
     for (i, (p, b)) in parts.iter().zip(&o.buckets).enumerate() {
         if o.allowed {
-            if let Some(us @ 1..) = b.micros_until(0) {
+            if let Some(us @ 1..) = b.micros_until(0, now_us) {
                 add(TopMetric::Waits, key(i), ceil_ms(us), now_us);
             }
-        } else if b.micros_until(p.n as i128 * NANOS) != Some(0) {
+        } else if b.micros_until(p.n.max(1) as i128 * NANOS, now_us) != Some(0) {
+            // Short of its n (a part with n = 0, a peek, needs one token).
             add(TopMetric::Denied, key(i), 1, now_us);
         }
     }

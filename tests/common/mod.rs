@@ -151,6 +151,9 @@ pub struct ServerConfig {
     pub dir: Option<PathBuf>,
     /// The port to listen on. Default: [`free_port`].
     pub port: Option<u16>,
+    /// Extra environment variables for the server process (e.g. an
+    /// `LD_PRELOAD` clock shim, see `tests/clock.rs`).
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for ServerConfig {
@@ -161,6 +164,7 @@ impl Default for ServerConfig {
             load_module: true,
             dir: None,
             port: None,
+            env: Vec::new(),
         }
     }
 }
@@ -416,6 +420,7 @@ fn spawn(port: u16, dir: &Path, cfg: &ServerConfig) -> Result<Child, String> {
             .args(&cfg.module_args);
     }
     cmd.args(&cfg.args)
+        .envs(cfg.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(output_file(dir, "stdout.log"))
         .stderr(output_file(dir, "stderr.log"));
