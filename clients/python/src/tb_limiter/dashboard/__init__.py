@@ -23,9 +23,11 @@ The reading functions need only redis-py::
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from typing import Any, Dict
 
 import redis
+import redis.connection
 from redis.cluster import RedisCluster
 
 from .collect import (
@@ -43,10 +45,22 @@ from .collect import (
 )
 
 
+def _without_setinfo() -> Dict[str, Any]:
+    """Options that keep redis-py from sending ``CLIENT SETINFO`` on each
+    connection: a user allowed only what the dashboard reads is refused it
+    (Redis 7.2+, Valkey), and every refusal lands in the server's ``ACL
+    LOG``. redis-py 8 takes ``driver_info=None``; older ones ``lib_name`` and
+    ``lib_version`` None."""
+    params = inspect.signature(redis.connection.AbstractConnection.__init__).parameters
+    if "driver_info" in params:
+        return {"driver_info": None}
+    return {"lib_name": None, "lib_version": None}
+
+
 def make_client(url: str, *, cluster: bool = False) -> AnyClient:
     """A redis-py client for ``url``: a cluster client with ``cluster``
     (the URL names any one node), else a plain one."""
-    opts: Any = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
+    opts: Any = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0, **_without_setinfo()}
     if cluster:
         return RedisCluster.from_url(url, **opts)
     return redis.Redis.from_url(url, **opts)
