@@ -122,8 +122,12 @@ pub static MAX_BLOCKED: Setting = Setting::new(
     "ERR max-blocked must be an integer from 0 to 1000000",
 );
 
+/// `top-keys`: whether denials and reservations feed the `TB.TOP` sketches.
+pub static TOP_KEYS: Setting =
+    Setting::new("top-keys", Kind::Bool, 1, "ERR top-keys must be yes or no");
+
 /// Every setting, in the order `TB.CONFIG GET *` and `INFO tb` list them.
-pub static ALL: [&Setting; 3] = [&EXPIRE_IDLE, &MAX_WAIT, &MAX_BLOCKED];
+pub static ALL: [&Setting; 4] = [&EXPIRE_IDLE, &MAX_WAIT, &MAX_BLOCKED, &TOP_KEYS];
 
 /// The setting called `name`, ignoring case (as `TB.CONFIG SET` and Redis'
 /// `CONFIG SET` do).
@@ -258,7 +262,7 @@ mod tests {
             let e = refusal(input);
             assert!(e.contains(expected), "{input:?}: {e}");
             assert!(
-                e.contains("Valid module arguments: expire-idle yes|no, max-wait-ms 0..86400000, max-blocked 0..1000000"),
+                e.contains("Valid module arguments: expire-idle yes|no, max-wait-ms 0..86400000, max-blocked 0..1000000, top-keys yes|no"),
                 "{input:?}: {e}"
             );
         }

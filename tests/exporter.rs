@@ -295,6 +295,7 @@ fn workload(c: &mut Connection) -> HashMap<String, i64> {
         ("tb_expire_idle", 1),
         ("tb_max_wait_ms", 60_000),
         ("tb_max_blocked", 10_000),
+        ("tb_top_keys", 1),
         ("tb_wait_ms_sum", waits.iter().sum()),
         ("tb_wait_ms_count", waits.len() as i64),
         ("tb_wait_ms_le_inf", waits.len() as i64),

@@ -14,7 +14,7 @@ use redis::{Connection, Value};
 
 /// The settings line every refusal lists.
 const VALID: &str = "Valid module arguments: expire-idle yes|no, max-wait-ms 0..86400000, \
-                     max-blocked 0..1000000";
+                     max-blocked 0..1000000, top-keys yes|no";
 
 fn with_module_args(args: &[&str]) -> ServerConfig {
     ServerConfig {

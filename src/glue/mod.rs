@@ -11,4 +11,5 @@ pub mod log;
 pub mod reply;
 pub mod stats;
 pub mod store;
+pub mod top;
 pub mod waker;

@@ -153,6 +153,7 @@ pub fn reset() {
         w.store(0, Ordering::Relaxed);
     }
     WAIT_SUM_MS.store(0, Ordering::Relaxed);
+    super::top::reset();
 }
 
 /// The `INFO tb` section (header `# tb`; Redis prefixes each field with
