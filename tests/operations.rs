@@ -153,6 +153,7 @@ fn module_arguments_are_defaults_and_config_lines_override_them() {
         ("tb.expire-idle", "no"),
         ("tb.max-wait-ms", "5000"),
         ("tb.max-blocked", "7"),
+        ("tb.top-keys", "yes"),
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .into();
