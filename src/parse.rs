@@ -352,6 +352,119 @@ pub fn glob(pattern: &[u8], name: &[u8]) -> bool {
     pattern[p..].iter().all(|&c| c == b'*')
 }
 
+/// Which heavy-hitter list `TB.TOP` reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TopMetric {
+    /// Denied requests per key.
+    Denied,
+    /// Milliseconds of reservation wait granted per key.
+    Waits,
+}
+
+/// The arguments of `TB.TOP [DENIED | WAITS] [COUNT n]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TopOptions {
+    /// The list to read (default: denials).
+    pub metric: TopMetric,
+    /// How many keys to list (default 10).
+    pub count: u64,
+}
+
+/// Error for a bad `TB.TOP` argument.
+pub const ERR_TOP_OPTION: ParseError =
+    "ERR unknown or repeated option: TB.TOP takes DENIED or WAITS, and COUNT n";
+
+/// Parses the arguments after `TB.TOP`, with `COUNT` at most `max_count`
+/// (the sketch's capacity).
+pub fn top_options<'a>(
+    mut args: impl Iterator<Item = &'a [u8]>,
+    max_count: u64,
+    err_count: ParseError,
+) -> Result<TopOptions, ParseError> {
+    let mut o = TopOptions {
+        metric: TopMetric::Denied,
+        count: 10.min(max_count),
+    };
+    let (mut metric_seen, mut count_seen) = (false, false);
+    while let Some(arg) = args.next() {
+        let metric = if is_keyword(arg, "DENIED") {
+            Some(TopMetric::Denied)
+        } else if is_keyword(arg, "WAITS") {
+            Some(TopMetric::Waits)
+        } else {
+            None
+        };
+        match metric {
+            Some(m) if !metric_seen => {
+                o.metric = m;
+                metric_seen = true;
+            }
+            None if is_keyword(arg, "COUNT") && !count_seen => {
+                o.count = integer(args.next().unwrap_or_default(), max_count, err_count)?;
+                count_seen = true;
+            }
+            _ => return Err(ERR_TOP_OPTION),
+        }
+    }
+    Ok(o)
+}
+
+#[cfg(test)]
+mod top_options_tests {
+    use super::*;
+    use proptest::strategy::Strategy;
+
+    const ERR_COUNT: ParseError = "ERR count";
+
+    fn top(args: &[&str]) -> Result<TopOptions, ParseError> {
+        top_options(args.iter().map(|a| a.as_bytes()), 256, ERR_COUNT)
+    }
+
+    #[test]
+    fn defaults_and_every_form() {
+        let t = |metric, count| Ok(TopOptions { metric, count });
+        assert_eq!(top(&[]), t(TopMetric::Denied, 10));
+        assert_eq!(top(&["waits"]), t(TopMetric::Waits, 10));
+        assert_eq!(top(&["DENIED", "COUNT", "3"]), t(TopMetric::Denied, 3));
+        assert_eq!(top(&["count", "256", "Waits"]), t(TopMetric::Waits, 256));
+        assert_eq!(top(&["COUNT", "0"]), t(TopMetric::Denied, 0));
+        assert_eq!(
+            top_options(std::iter::empty(), 4, ERR_COUNT),
+            t(TopMetric::Denied, 4),
+            "the default count never exceeds the capacity"
+        );
+    }
+
+    #[test]
+    fn refusals() {
+        assert_eq!(top(&["COUNT", "257"]), Err(ERR_COUNT));
+        assert_eq!(top(&["COUNT", "-1"]), Err(ERR_COUNT));
+        assert_eq!(top(&["COUNT"]), Err(ERR_COUNT));
+        assert_eq!(top(&["COUNT", "1", "COUNT", "2"]), Err(ERR_TOP_OPTION));
+        assert_eq!(top(&["DENIED", "WAITS"]), Err(ERR_TOP_OPTION));
+        assert_eq!(top(&["WAITED"]), Err(ERR_TOP_OPTION));
+        assert_eq!(top(&["3"]), Err(ERR_TOP_OPTION));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics_and_stays_in_range(
+            args in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::sample::select(vec!["DENIED", "waits", "COUNT", "count", "0", "256", "257", "-1", ""])
+                        .prop_map(String::from),
+                    "\\PC{0,4}".prop_map(String::from)
+                ],
+                0..6,
+            ),
+        ) {
+            if let Ok(o) = top_options(args.iter().map(|a| a.as_bytes()), 256, ERR_COUNT) {
+                proptest::prop_assert!(o.count <= 256);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{replica_of, server_version, Server, ServerConfig};
+use common::{replica_of, server_has_api, Server, ServerConfig};
 use redis::{Connection, Value};
 
 /// The least-privilege ACL rule for an application that only rate-limits
@@ -248,7 +248,7 @@ fn acl_categories_cover_the_internal_command_from_redis_7_2() {
     let mut app = login(&s, "app", "pw");
     assert_allowed(&mut app, &["TB.CONSUME", "k", "10", "5"]);
     let setstate = ["TB.SETSTATE", "k", "0", "0", "1", "1", "5", "0"];
-    if server_version() >= (7, 2, 0) {
+    if server_has_api("SetCommandACLCategories") {
         // TB.SETSTATE and TB.CONFIG are in @dangerous.
         assert_noperm(&mut app, &setstate);
         assert_noperm(&mut app, &["TB.CONFIG", "GET", "*"]);

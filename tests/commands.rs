@@ -379,7 +379,9 @@ fn expire_idle_from_module_arguments_and_native_config() {
             "max-wait-ms",
             "60000",
             "max-blocked",
-            "10000"
+            "10000",
+            "top-keys",
+            "yes"
         ]
     );
     let _: () = redis::cmd("CONFIG")
@@ -451,7 +453,17 @@ fn info_counters_and_resetstat() {
         .arg("RESETSTAT")
         .query(&mut c)
         .unwrap();
-    assert!(info_tb(&mut c).values().all(|&v| v == 0));
+    // Every counter is back to 0; the settings stay.
+    let mut after = info_tb(&mut c);
+    for setting in [
+        "tb_expire_idle",
+        "tb_max_wait_ms",
+        "tb_max_blocked",
+        "tb_top_keys",
+    ] {
+        assert!(after.remove(setting).is_some(), "{setting}");
+    }
+    assert!(after.values().all(|&v| v == 0), "{after:?}");
 }
 
 #[test]

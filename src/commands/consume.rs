@@ -7,7 +7,7 @@
 use crate::bucket::{self, Kind, Limits, Mode};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
 use crate::glue::store::{self, BucketKey};
-use crate::glue::{blocking, clock, config, stats};
+use crate::glue::{blocking, clock, config, stats, top};
 use crate::parse::{self, Wait, ERR_CAPACITY};
 
 const ERR_CANNOT_BLOCK: &str =
@@ -49,6 +49,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     }
     drop(key);
     stats::record(&o, opts.n);
+    top::record(&o, now, || args.bytes(1));
     let reply = [
         i64::from(o.allowed()),
         o.remaining as i64,

@@ -10,7 +10,7 @@ use redis_module::raw;
 use crate::bucket::{self, Limits, Mode, Part};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
 use crate::glue::store::{self, BucketKey};
-use crate::glue::{clock, config, stats};
+use crate::glue::{clock, config, stats, top};
 use crate::parse::{self, ERR_CAPACITY, ERR_N};
 
 const ERR_NUMKEYS: &str = "ERR numkeys must be an integer from 1 to 1000 and match the arguments";
@@ -90,6 +90,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         0
     };
     stats::record_multi(o.allowed, o.retry_after_ms, tokens);
+    top::record_multi(&parts, &o, now, |i| args.bytes(2 + i));
     let r = ctx.reply();
     r.array(2 + k);
     r.int(i64::from(o.allowed));

@@ -8,6 +8,7 @@ pub mod mconsume;
 pub mod refund;
 pub mod setstate;
 pub mod throttle;
+pub mod top;
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
@@ -24,6 +25,7 @@ command_entry!(setstate_entry, setstate::run);
 command_entry!(refund_entry, refund::run);
 command_entry!(mconsume_entry, mconsume::run);
 command_entry!(throttle_entry, throttle::run);
+command_entry!(top_entry, top::run);
 
 type Entry =
     extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
@@ -65,8 +67,9 @@ struct Arg {
     sub: &'static [Arg],
 }
 
-/// Module version in which every command first appeared.
-const SINCE: &CStr = c"1.0.0";
+/// Module version in which every command first appeared (`since` in
+/// `COMMAND DOCS`).
+const SINCE: &CStr = crate::version::FIRST_RELEASE;
 
 const fn arg(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> Arg {
     Arg {
@@ -241,6 +244,28 @@ const COMMANDS: &[Spec] = &[
             summary: c"Shows a bucket's tokens, limits and expiry as of now, without writing",
             arity: 2,
             args: &[key(c"key")],
+        },
+    },
+    Spec {
+        name: c"tb.top",
+        entry: top_entry,
+        flags: c"readonly allow-stale allow-loading",
+        keys: (0, 0, 0),
+        acl: c"read slow",
+        doc: Doc {
+            summary: c"Lists the keys this node denied most, or made wait longest, recently",
+            arity: -1,
+            args: &[
+                one_of(
+                    c"metric",
+                    &[
+                        pure_token(c"denied", c"DENIED"),
+                        pure_token(c"waits", c"WAITS"),
+                    ],
+                )
+                .optional(),
+                integer(c"count").token(c"COUNT").optional(),
+            ],
         },
     },
     Spec {

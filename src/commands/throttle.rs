@@ -8,7 +8,7 @@
 use crate::bucket::{self, Limits, Mode, Rate, MAX_AMOUNT};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
 use crate::glue::store::{self, BucketKey};
-use crate::glue::{clock, stats};
+use crate::glue::{clock, stats, top};
 use crate::parse;
 
 const ERR_BURST: &str = "ERR max_burst must be an integer from 0 to 9007199254740991";
@@ -53,6 +53,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         store::commit(ctx.raw, &key, &o.bucket);
     }
     stats::record(&o, quantity);
+    top::record(&o, now, || args.bytes(1));
     let retry = if o.allowed() {
         -1
     } else {
