@@ -24,7 +24,7 @@ EXTRA_TESTS += test-node
 # run; Node.js 20 or later (the package itself runs on 18, the newest
 # node-redis and ioredis need 20); then the packages of the lockfile,
 # exactly (npm ci).
-node-deps:
+node-deps: ## node and npm (apt-get when root and missing), npm ci in clients/node
 	@missing=""; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
 	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
@@ -49,7 +49,7 @@ node-deps:
 	  cd $(NODE_DIR) && npm ci --no-audit --no-fund --loglevel=error; \
 	fi
 
-test-node: build redis8 node-deps python-venv
+test-node: build redis8 node-deps python-venv ## the Node client suite on every test server, BullMQ, the mixed fleet
 	@echo
 	@echo "== Node client: TypeScript check of the shipped types"
 	cd $(NODE_DIR) && ./node_modules/.bin/tsc -p tsconfig.json --noEmit
