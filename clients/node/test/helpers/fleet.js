@@ -159,7 +159,8 @@ export class Referee {
  * before the token could have been due.
  *
  * Returns the count of calls without a token, how late each call started
- * after its token was due at the latest, the gaps between consecutive calls,
+ * after its token was due at the latest (and after it could have been due
+ * at the earliest), the gaps between consecutive calls,
  * the grants no call used, and the pairs of calls made out of turn: the one
  * whose job surely asked the bucket first (its reply came back before the
  * other's request left) called second.
@@ -172,6 +173,7 @@ export function matchGrants(calls, grants) {
   const lateness = [];
   const asked = [];
   const lateBy = [];
+  const sinceEarliest = [];
   const sorted = calls.slice().sort((a, b) => (a.startNs < b.startNs ? -1 : 1));
   for (const c of sorted) {
     const g = byJob.get(c.job);
@@ -180,6 +182,7 @@ export function matchGrants(calls, grants) {
       continue;
     }
     lateness.push(ms(c.startNs) - (ms(g.recvNs) + g.retryAfterMs));
+    sinceEarliest.push(ms(c.startNs) - (ms(g.sendNs) + g.retryAfterMs - 1));
     lateBy.push({ call: c, ms: lateness.at(-1) });
     asked.push(g);
   }
@@ -198,6 +201,7 @@ export function matchGrants(calls, grants) {
     gaps,
     outOfTurn,
     lateBy,
+    sinceEarliest,
     unused: grants.filter((g) => !used.has(g.job)).length + grants.length - byJob.size,
     spanMs: starts.at(-1) - starts[0],
   };
