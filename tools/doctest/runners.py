@@ -453,12 +453,23 @@ def run_rust(ctx: Context) -> None:
     )
 
 
+NODE_PACKAGE = ROOT / "clients" / "node"
+
+
 def run_js(ctx: Context) -> None:
-    """The Node runner's hook (helper D, issue 12, fills it in)."""
-    raise Failure(
-        "no Node runner yet for js blocks: tools/doctest/runners.py run_js is the hook "
-        "(issue 12 adds it)"
-    )
+    """An ES module (top-level await works), run by the Node client's
+    clients/node/tools/run-block.js in a scratch project where tb-limiter is
+    installed beside node-redis, ioredis and bullmq (``make node-deps``)."""
+    node = shutil.which("node")
+    if node is None:
+        raise RuntimeError("node is not installed: run `make node-deps`")
+    if not (NODE_PACKAGE / "node_modules").is_dir():
+        raise RuntimeError("clients/node has no node_modules: run `make node-deps`")
+    script = ctx.scratch / "block.mjs"
+    script.write_text(ctx.text())
+    runner = NODE_PACKAGE / "tools" / "run-block.js"
+    printed = _run([node, str(runner), str(script), str(int(BLOCK_TIMEOUT_S * 1000))], ctx, ctx.scratch, "the block")
+    check_output(ctx, printed)
 
 
 RUNNERS: dict[str, Callable[[Context], None]] = {

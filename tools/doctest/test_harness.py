@@ -50,9 +50,14 @@ def test_a_language_without_a_runner_fails(tmp_path: Path) -> None:
         run(tmp_path, "```yaml\na: 1\n```\n")
 
 
-def test_a_js_block_fails_until_the_node_runner_exists(tmp_path: Path) -> None:
-    with pytest.raises(runners.Failure, match="no Node runner yet"):
-        run(tmp_path, "```js\nconsole.log(1)\n```\n")
+def test_a_js_block_runs_and_its_failure_fails(tmp_path: Path) -> None:
+    text = "```js\nimport { Limiter } from 'tb-limiter';\nconsole.log(typeof Limiter);\n```\n\n" \
+        "<!-- doctest: output -->\n```text\nfunction\n```\n"
+    run(tmp_path, text)
+    with pytest.raises(runners.Failure, match="does not show what the block prints"):
+        run(tmp_path, text.replace("\nfunction\n", "\nobject\n"))
+    with pytest.raises(runners.Failure, match="exited with 3"):
+        run(tmp_path, "```js\nprocess.exit(3)\n```\n")
 
 
 def test_an_indented_code_block_is_refused(tmp_path: Path) -> None:

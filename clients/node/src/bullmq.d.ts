@@ -1,0 +1,29 @@
+// Types of tb-limiter/bullmq (hand-written; the package ships plain JavaScript).
+
+import type { Job, Queue } from 'bullmq';
+
+import type { Amount, TokenBucket } from './index.js';
+
+/** The field of a job's data that carries its reservation while it is delayed. */
+export declare const RESERVATION_FIELD: 'tbReservation';
+
+export interface LimitProcessorOptions<J extends Job = Job> {
+  /** Tokens per job (or a function of the job); default 1. */
+  cost?: Amount | ((job: J) => Amount | Promise<Amount>);
+  /** The longest wait a reservation may hold (default: the server's `tb.max-wait-ms`). */
+  maxWaitMs?: number;
+  /** How early a delayed job comes back to wait the rest in the worker; default 250. */
+  leadMs?: number;
+  /** Queue-wide case (one bucket for the whole queue): rate-limit this queue while the bucket's backlog is too long. */
+  queue?: Queue;
+}
+
+/**
+ * Wraps a BullMQ processor so that it runs only with a token of `bucket`
+ * (or of the bucket a function picks for the job: per-tenant keys).
+ */
+export declare function limitProcessor<J extends Job = Job, R = unknown>(
+  bucket: TokenBucket | ((job: J) => TokenBucket | Promise<TokenBucket>),
+  processor: (job: J, token?: string, signal?: AbortSignal) => Promise<R>,
+  options?: LimitProcessorOptions<J>,
+): (job: J, token?: string, signal?: AbortSignal) => Promise<R>;

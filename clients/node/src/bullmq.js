@@ -1,0 +1,151 @@
+// BullMQ: a processor guarded by a fleet-wide tb bucket.
+//
+//   import { limitProcessor } from 'tb-limiter/bullmq';
+//   new Worker('llm', limitProcessor((job) => limiter.bucket(`tenant:${job.data.tenant}`, '0.5', 1), callApi), { connection });
+//
+// Each job reserves its turn (TB.CONSUME ... RESERVE: first come, first
+// served across every worker of every process). A job whose turn is later
+// is moved to the delayed set until then (`job.moveToDelayed(due, token)`,
+// `throw new DelayedError()`): it holds no worker meanwhile, other jobs (other
+// tenants) go on, and the queue is never paused. It comes back `leadMs`
+// early and waits the rest in the worker, because BullMQ promotes delayed
+// jobs a few milliseconds late by varying amounts, which would bring two
+// calls closer than the limit.
+//
+// The reservation travels with the job, in its data under
+// `tbReservation` ({ due, started, key }), valid only for the job's next
+// start (`job.attemptsStarted`): a retry after a failure, or a job restarted
+// after it stalled while running, reserves again.
+
+import { DelayedError, UnrecoverableError, Worker } from 'bullmq';
+
+import { Result } from './index.js';
+
+/** The field of the job's data that carries its reservation. */
+export const RESERVATION_FIELD = 'tbReservation';
+
+const sleep = (ms, signal) =>
+  new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const timer = setTimeout(done, ms);
+    function done() {
+      signal?.removeEventListener('abort', abort);
+      resolve();
+    }
+    function abort() {
+      clearTimeout(timer);
+      reject(signal.reason);
+    }
+    signal?.addEventListener('abort', abort, { once: true });
+  });
+
+function isPlainObject(x) {
+  return x !== null && typeof x === 'object' && Object.getPrototypeOf(x) === Object.prototype;
+}
+
+function keyText(key) {
+  return Buffer.isBuffer(key) ? key.toString('latin1') : String(key);
+}
+
+/**
+ * Wraps a BullMQ processor so that it runs only with a token of `bucket`
+ * (a TokenBucket, or a function of the job giving one: per-tenant keys).
+ *
+ * Options:
+ * - `cost`: tokens per job (a number, or a function of the job); default 1.
+ * - `maxWaitMs`: the longest wait a reservation may hold (default: the
+ *   server's `tb.max-wait-ms`). When more than that is queued on the
+ *   bucket, the job takes nothing and is delayed until half this window has
+ *   drained, then tries again.
+ * - `leadMs`: how early a delayed job comes back to wait the rest in the
+ *   worker (default 250).
+ * - `queue`: a BullMQ Queue for the queue-wide case, where one bucket
+ *   guards the whole queue: a job waits for its reserved turn in the worker
+ *   (keep `maxWaitMs` to a few intervals: each waiting job holds a slot of
+ *   the worker's concurrency), and when the bucket's backlog is longer than
+ *   `maxWaitMs`, the queue is rate-limited (`queue.rateLimit`) and the job
+ *   goes back to the head of the wait list, keeping its place, while no
+ *   worker asks the bucket in vain. Never use it with per-tenant buckets:
+ *   it stops the whole queue.
+ *
+ * Order: tokens go first come, first served in the order workers ask the
+ * bucket (jobs fetched at the same moment by different workers may ask in
+ * either order). Jobs denied because the backlog is longer than `maxWaitMs`
+ * ask again when half the window has drained, in the order they come back.
+ *
+ * A job that can never get its tokens (cost above the bucket's capacity)
+ * fails with UnrecoverableError.
+ */
+export function limitProcessor(bucket, processor, options = {}) {
+  if (typeof processor !== 'function') throw new TypeError('processor must be a function');
+  const { cost = 1, maxWaitMs, leadMs = 250, queue } = options;
+  if (!(leadMs >= 0)) throw new RangeError(`leadMs must be >= 0, got ${leadMs}`);
+
+  return async function tbLimitedProcessor(job, token, signal) {
+    const b = typeof bucket === 'function' ? await bucket(job) : bucket;
+    const n = typeof cost === 'function' ? await cost(job) : cost;
+    const key = keyText(b.key);
+    const data = job.data;
+    let held;
+    if (isPlainObject(data) && RESERVATION_FIELD in data) {
+      ({ [RESERVATION_FIELD]: held } = data);
+      // The processor sees the job's own data.
+      const { [RESERVATION_FIELD]: _, ...own } = data;
+      job.data = own;
+    }
+
+    if (held && held.started === job.attemptsStarted && held.key === key) {
+      // Back from the delayed set with the turn this job reserved.
+      await waitTurn(held.due - Date.now(), signal, () => b.refund(n));
+      return processor(job, token, signal);
+    }
+
+    const { reply, windowMs } = await b._reserve(n, maxWaitMs);
+    const r = Result.fromReply(reply);
+    if (r.allowed) {
+      if (r.retryAfterMs === 0) return processor(job, token, signal);
+      const due = Date.now() + r.retryAfterMs;
+      if (queue || r.retryAfterMs <= leadMs || !isPlainObject(job.data)) {
+        // Wait in the worker: the wait is short, or nothing can carry the
+        // reservation, or (queue-wide) a rate-limited queue would hold the
+        // job in the delayed set past its turn.
+        await waitTurn(r.retryAfterMs, signal, () => b.refund(r.granted));
+        return processor(job, token, signal);
+      }
+      try {
+        await job.updateData({ ...job.data, [RESERVATION_FIELD]: { due, started: job.attemptsStarted + 1, key } });
+      } catch (e) {
+        // Nothing carries the reservation: give it back.
+        await b.refund(r.granted).catch(() => {});
+        throw e;
+      }
+      // From here the job holds its turn, wherever it runs next; if the move
+      // fails (say the lock was lost), the turn stays with the job's data.
+      await job.moveToDelayed(due - leadMs, token);
+      throw new DelayedError();
+    }
+    if (r.never) {
+      throw new UnrecoverableError(`tb: ${n} tokens of ${JSON.stringify(key)} can never be had (capacity ${b.capacity})`);
+    }
+    // More is queued on the bucket than the longest wait: come back when
+    // half of the window has drained, holding nothing meanwhile.
+    const back = Math.max(1, r.retryAfterMs - Math.floor(windowMs / 2));
+    if (queue) {
+      await queue.rateLimit(back);
+      throw Worker.RateLimitError();
+    }
+    await job.moveToDelayed(Date.now() + back, token);
+    throw new DelayedError();
+  };
+}
+
+/** Waits `ms` for a reserved turn; if the job is cancelled meanwhile, gives the turn back. */
+async function waitTurn(ms, signal, giveBack) {
+  if (ms <= 0) return;
+  try {
+    await sleep(ms, signal);
+  } catch (e) {
+    await giveBack().catch(() => {});
+    throw e;
+  }
+}

@@ -1,0 +1,161 @@
+// Types of tb-limiter (hand-written; the package ships plain JavaScript).
+
+/** Source of the Lua fallback (`tb.lua` in this package). */
+export declare const SCRIPT: string;
+/** SHA1 of {@link SCRIPT}, as EVALSHA takes it. */
+export declare const SCRIPT_SHA1: string;
+/** The longest wait the module accepts by default (`tb.max-wait-ms`). */
+export declare const DEFAULT_MAX_WAIT_MS: number;
+
+/** Which implementation answers: the native module or the Lua script. */
+export type Backend = 'module' | 'lua';
+
+/** A rate: `'10'`, `'0.5'`, `'100/m'`, `'1e-3'`, or a non-negative number. */
+export type Rate = string | number;
+
+/** A token count: an integer from 0 to 2^53. */
+export type Amount = number | bigint;
+
+/** A key: a string, or a Buffer for binary keys. */
+export type Key = string | Buffer;
+
+/**
+ * A connected client of node-redis 4+ (`createClient`, `createCluster`) or
+ * ioredis 5+ (`Redis`, `Cluster`). Typed loosely so that every version of
+ * both libraries fits; the limiter checks the object at run time.
+ */
+export type RedisClientLike = object;
+
+export interface LimiterOptions {
+  /** `'auto'` (default): the module when the server has it, else the Lua fallback. */
+  backend?: Backend | 'auto';
+  /** The server's `tb.max-wait-ms` when known (default: learned, assumed 60000 until then). */
+  maxWaitMs?: number;
+}
+
+export interface ReserveOptions {
+  /** Reserve only if the tokens are due within this many ms (default: the server's longest wait). */
+  maxWaitMs?: number;
+}
+
+export interface AcquireOptions {
+  /** Give up (RateLimited) if the tokens are not due within this many ms (default: the server's longest wait). */
+  timeoutMs?: number;
+  /** Aborting ends the wait with the signal's reason and gives back what was reserved. */
+  signal?: AbortSignal;
+  /** Let the server hold the reply (BLOCK, module only) on a connection the limiter duplicates. */
+  block?: boolean;
+}
+
+/** The reply of TB.CONSUME. A denial carries `retryAfterMs > 0` too: check `allowed`. */
+export declare class Result {
+  constructor(allowed: boolean, remaining: number, retryAfterMs: number, resetAfterMs: number, granted: number);
+  static fromReply(reply: ReadonlyArray<unknown>): Result;
+  readonly allowed: boolean;
+  /** Whole tokens left, never negative. */
+  readonly remaining: number;
+  /** 0 when allowed now; the wait when denied or reserved; -1 when it can never succeed. */
+  readonly retryAfterMs: number;
+  /** Milliseconds until full; -1 if never (rate 0). */
+  readonly resetAfterMs: number;
+  /** Tokens taken: n when allowed (fewer with ATMOST), 0 when denied. */
+  readonly granted: number;
+  /** The request can never succeed (n > capacity, or rate 0 and too few tokens). */
+  readonly never: boolean;
+  /** `retryAfterMs` in seconds; Infinity for never. */
+  readonly retryAfter: number;
+  /** The reply as the server sent it. */
+  readonly reply: number[];
+}
+
+/** The reply of TB.MCONSUME. */
+export declare class MultiResult {
+  constructor(allowed: boolean, retryAfterMs: number, remaining: number[]);
+  static fromReply(reply: ReadonlyArray<unknown>): MultiResult;
+  readonly allowed: boolean;
+  readonly retryAfterMs: number;
+  /** Whole tokens left in each bucket, in order. */
+  readonly remaining: ReadonlyArray<number>;
+  readonly never: boolean;
+  readonly retryAfter: number;
+  readonly reply: number[];
+}
+
+/** The reply of TB.INFO as numbers (and the exact decimals). */
+export declare class BucketInfo {
+  static fromReply(reply: ReadonlyArray<unknown>): BucketInfo;
+  /** Tokens now; negative while reservations are pending. */
+  readonly tokens: number;
+  /** `tokens` as the server's exact decimal string. */
+  readonly tokensExact: string;
+  readonly capacity: number;
+  /** Tokens per second. */
+  readonly rate: number;
+  /** `rate` as the server's decimal string. */
+  readonly rateExact: string;
+  readonly updatedAtMs: number;
+  /** -1 if never full again (rate 0). */
+  readonly resetAfterMs: number;
+  /** -1 without expiry. */
+  readonly ttlMs: number;
+}
+
+/** `acquire`/`acquireMany` could not have the tokens within the timeout (or ever); nothing was taken. */
+export declare class RateLimited extends Error {
+  constructor(key: Key, result: Result | MultiResult);
+  readonly name: 'RateLimited';
+  readonly key: Key;
+  readonly result: Result | MultiResult;
+  /** Milliseconds until the same request would succeed; -1 for never. */
+  readonly retryAfterMs: number;
+}
+
+/** The server refused a command (message is the server's; `cause` the library's error). */
+export declare class CommandError extends Error {
+  constructor(command: string, cause: unknown);
+  readonly name: 'CommandError';
+  readonly command: string;
+}
+
+export declare class Limiter {
+  constructor(client: RedisClientLike, options?: LimiterOptions);
+  /** The client passed in (never closed by the limiter). */
+  readonly client: RedisClientLike;
+  /** Null until the first command has told (with `'auto'`). */
+  readonly backend: Backend | null;
+  /** The longest wait the server accepts, as far as the limiter knows. */
+  readonly maxWaitMs: number;
+  bucket(key: Key, rate: Rate, capacity: Amount): TokenBucket;
+  /** One command (`TB.CONSUME`, `TB.MCONSUME`, `TB.REFUND`, `TB.INFO`), raw reply. */
+  execute(name: string, keys: ReadonlyArray<Key>, args: ReadonlyArray<string | number | bigint>): Promise<unknown>;
+  /** TB.MCONSUME: all or nothing; with `maxWaitMs`, a reservation. */
+  consumeMany(parts: Iterable<readonly [TokenBucket, Amount]>, options?: ReserveOptions): Promise<MultiResult>;
+  /** Takes every part at once, waiting up to `timeoutMs`. */
+  acquireMany(
+    parts: Iterable<readonly [TokenBucket, Amount]>,
+    options?: Omit<AcquireOptions, 'block'>,
+  ): Promise<MultiResult>;
+  /** Closes the connections the limiter opened for BLOCK (never the client passed in). */
+  close(): Promise<void>;
+}
+
+export declare class TokenBucket {
+  constructor(limiter: Limiter, key: Key, rate: Rate, capacity: Amount);
+  readonly limiter: Limiter;
+  readonly key: Key;
+  /** The rate as sent (`'0.5'`, `'100/m'`). */
+  readonly rate: string;
+  readonly capacity: number;
+  /** Takes n tokens now or none (`atmost`: as many whole tokens as are there, at least one). */
+  consume(n?: Amount, options?: { atmost?: boolean }): Promise<Result>;
+  /** Whether a request would be served now; changes nothing. */
+  peek(): Promise<Result>;
+  /** RESERVE: take the tokens now (into debt) if due within `maxWaitMs`; wait `retryAfterMs`, then proceed. */
+  reserve(n?: Amount, options?: ReserveOptions): Promise<Result>;
+  /** Waits until the tokens are taken; throws RateLimited past `timeoutMs`. */
+  acquire(n?: Amount, options?: AcquireOptions): Promise<Result>;
+  /** Gives back n tokens; the whole tokens now, or null for a missing key. */
+  refund(n: Amount): Promise<number | null>;
+  /** The bucket as of now, or null for a missing key (a full bucket). */
+  info(): Promise<BucketInfo | null>;
+}

@@ -1,0 +1,629 @@
+// Node.js client of the tb Redis module: a fleet-wide token bucket.
+//
+//   import { Limiter } from 'tb-limiter';
+//   const limiter = new Limiter(redisClient);          // node-redis 4+ or ioredis 5+
+//   const llm = limiter.bucket('llm:openai', '0.5', 1);
+//   const r = await llm.consume();                     // Result { allowed, remaining, ... }
+//   await llm.acquire({ timeoutMs: 30_000 });          // waits without holding the connection
+//
+// The module answers when the server has it; otherwise the same commands run
+// as one Lua script (tb.lua, a byte-identical copy of the repository's
+// lua/tb.lua) with the same replies.
+
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+import { connect } from './connection.js';
+
+/** Source of the Lua fallback (`tb.lua` in this package). */
+export const SCRIPT = readFileSync(new URL('./tb.lua', import.meta.url), 'utf8');
+/** SHA1 of {@link SCRIPT}, as EVALSHA takes it. */
+export const SCRIPT_SHA1 = createHash('sha1').update(SCRIPT).digest('hex');
+/** The longest wait the module accepts by default (`tb.max-wait-ms`). */
+export const DEFAULT_MAX_WAIT_MS = 60_000;
+
+const MAX_AMOUNT = 2 ** 53;
+const MAX_WAIT_ARG_MS = 86_400_000;
+
+// ---------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------
+
+/**
+ * The tokens cannot be had within the timeout (or ever: `result.never`).
+ * Thrown by `acquire` and `acquireMany`; nothing was taken.
+ */
+export class RateLimited extends Error {
+  constructor(key, result) {
+    const why = result.never ? 'can never be satisfied' : `needs ${result.retryAfterMs} ms`;
+    super(`rate limited on ${describeKey(key)}: ${why}`);
+    this.name = 'RateLimited';
+    /** The key (or keys, joined with commas) that said no. */
+    this.key = key;
+    /** The reply that said so. */
+    this.result = result;
+  }
+
+  /** Milliseconds until the same request would succeed; -1 for never. */
+  get retryAfterMs() {
+    return this.result.retryAfterMs;
+  }
+}
+
+/**
+ * The server refused a command: bad arguments, WRONGTYPE, NOPERM, OOM, a wait
+ * above `tb.max-wait-ms`... `message` is the server's; `cause` the client
+ * library's error. Nothing changed on the server.
+ */
+export class CommandError extends Error {
+  constructor(command, cause) {
+    super(String(cause?.message ?? cause), { cause });
+    this.name = 'CommandError';
+    /** The command the server refused (`TB.CONSUME`, ...). */
+    this.command = command;
+  }
+}
+
+function describeKey(key) {
+  return Buffer.isBuffer(key) ? JSON.stringify(key.toString('latin1')) : JSON.stringify(String(key));
+}
+
+/** Whether `e` is an error reply of the server (not a connection failure). */
+function isReplyError(e) {
+  for (let p = e; p && p !== Error.prototype; p = Object.getPrototypeOf(p)) {
+    const name = p.constructor?.name;
+    // ioredis: ReplyError; node-redis: ErrorReply (SimpleError, BlobError).
+    if (name === 'ReplyError' || name === 'ErrorReply') return true;
+  }
+  return false;
+}
+
+function asCommandError(command, e) {
+  return isReplyError(e) ? new CommandError(command, e) : e;
+}
+
+function isUnknownCommand(e) {
+  return isReplyError(e) && /unknown command/i.test(String(e.message));
+}
+
+/** N from the server's `ERR wait exceeds tb.max-wait-ms (N)`, or null. */
+function maxWaitFrom(e) {
+  const m = /wait exceeds tb\.max-wait-ms \((\d+)\)/.exec(String(e?.message ?? ''));
+  return m ? Number(m[1]) : null;
+}
+
+// ---------------------------------------------------------------------------
+// Replies
+// ---------------------------------------------------------------------------
+
+function int(x) {
+  return typeof x === 'number' ? x : Number(Buffer.isBuffer(x) ? x.toString() : x);
+}
+
+function text(x) {
+  return Buffer.isBuffer(x) ? x.toString() : String(x);
+}
+
+/** Milliseconds to seconds; -1 (never) is Infinity. */
+function seconds(ms) {
+  return ms < 0 ? Infinity : ms / 1000;
+}
+
+/**
+ * The reply of TB.CONSUME: `[allowed, remaining, retry_after_ms,
+ * reset_after_ms, granted]`. `retryAfterMs` is 0 when allowed now, the wait
+ * (rounded up, never optimistic) when denied or reserved, -1 when the request
+ * can never succeed; `resetAfterMs` is -1 for a bucket that never refills.
+ * A denial carries `retryAfterMs > 0` too: check `allowed`, never the wait.
+ */
+export class Result {
+  constructor(allowed, remaining, retryAfterMs, resetAfterMs, granted) {
+    this.allowed = allowed;
+    this.remaining = remaining;
+    this.retryAfterMs = retryAfterMs;
+    this.resetAfterMs = resetAfterMs;
+    this.granted = granted;
+    Object.freeze(this);
+  }
+
+  /** Builds a result from the reply's five integers. */
+  static fromReply(reply) {
+    const [a, rem, retry, reset, granted] = reply.map(int);
+    return new Result(a === 1, rem, retry, reset, granted);
+  }
+
+  /** True when the request can never succeed (n > capacity, or rate 0 and too few tokens). */
+  get never() {
+    return this.retryAfterMs < 0;
+  }
+
+  /** Seconds to wait before proceeding (or retrying); Infinity for never. */
+  get retryAfter() {
+    return seconds(this.retryAfterMs);
+  }
+
+  /** The reply as the server sent it. */
+  get reply() {
+    return [this.allowed ? 1 : 0, this.remaining, this.retryAfterMs, this.resetAfterMs, this.granted];
+  }
+}
+
+/** The reply of TB.MCONSUME: `[allowed, retry_after_ms, remaining_1, ...]`. */
+export class MultiResult {
+  constructor(allowed, retryAfterMs, remaining) {
+    this.allowed = allowed;
+    this.retryAfterMs = retryAfterMs;
+    this.remaining = Object.freeze(remaining);
+    Object.freeze(this);
+  }
+
+  static fromReply(reply) {
+    const [a, retry, ...remaining] = reply.map(int);
+    return new MultiResult(a === 1, retry, remaining);
+  }
+
+  /** True when some bucket can never give its n. */
+  get never() {
+    return this.retryAfterMs < 0;
+  }
+
+  get retryAfter() {
+    return seconds(this.retryAfterMs);
+  }
+
+  get reply() {
+    return [this.allowed ? 1 : 0, this.retryAfterMs, ...this.remaining];
+  }
+}
+
+/**
+ * The reply of TB.INFO as numbers: the bucket as of now (read-only).
+ * `tokens` and `rate` are also given as the server's exact decimals.
+ */
+export class BucketInfo {
+  constructor(fields) {
+    /** Tokens now (negative while reservations are pending). */
+    this.tokens = Number(fields.tokens);
+    /** `tokens` as the server's exact decimal string (e.g. `"-1.992"`). */
+    this.tokensExact = fields.tokens;
+    this.capacity = int(fields.capacity);
+    /** Tokens per second. */
+    this.rate = Number(fields.rate);
+    /** `rate` as the server's decimal string (`100/m` is `"1.666666666667"`). */
+    this.rateExact = fields.rate;
+    /** Server time (ms since the epoch) of the stored state. */
+    this.updatedAtMs = int(fields.updated_at_ms);
+    /** Milliseconds until the bucket is full; -1 for never. */
+    this.resetAfterMs = int(fields.reset_after_ms);
+    /** Milliseconds until the key expires; -1 for no expiry. */
+    this.ttlMs = int(fields.ttl_ms);
+    Object.freeze(this);
+  }
+
+  /** Builds the info from TB.INFO's flat field/value array. */
+  static fromReply(reply) {
+    const fields = {};
+    for (let i = 0; i + 1 < reply.length; i += 2) fields[text(reply[i])] = text(reply[i + 1]);
+    return new BucketInfo(fields);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Arguments
+// ---------------------------------------------------------------------------
+
+/** A rate as the commands take it: `'10'`, `'0.5'`, `'100/m'`, `'1e-3'`, or a number. */
+function rateArg(rate) {
+  if (typeof rate === 'string') return rate;
+  if (typeof rate === 'number') {
+    if (!Number.isFinite(rate) || rate < 0) throw new RangeError(`rate must be finite and >= 0, got ${rate}`);
+    return String(rate); // shortest exact spelling: 0.5, 1e-7, 2500000000
+  }
+  throw new TypeError(`rate must be a string or a number, not ${typeof rate}`);
+}
+
+/** A token count: an integer from 0 to 2^53 (a number or a bigint). */
+function amountArg(n, what = 'n') {
+  if (typeof n === 'bigint') {
+    if (n < 0n || n > BigInt(MAX_AMOUNT)) throw new RangeError(`${what} must be from 0 to 2^53, got ${n}`);
+    return n.toString();
+  }
+  if (typeof n !== 'number' || !Number.isInteger(n)) throw new TypeError(`${what} must be an integer, got ${n}`);
+  if (n < 0 || n > MAX_AMOUNT) throw new RangeError(`${what} must be from 0 to 2^53, got ${n}`);
+  return String(n);
+}
+
+/** A wait in milliseconds, rounded down so the server never waits longer than asked. */
+function waitArg(ms, what) {
+  if (typeof ms !== 'number' || !(ms >= 0) || ms === Infinity) {
+    throw new RangeError(`${what} must be a finite number of milliseconds >= 0, got ${ms}`);
+  }
+  return Math.min(Math.floor(ms), MAX_WAIT_ARG_MS);
+}
+
+/** Waits `ms`; an aborted `signal` ends the wait with its reason. */
+async function pause(ms, signal) {
+  try {
+    await sleep(ms, undefined, { signal });
+  } catch (e) {
+    throw signal?.aborted ? signal.reason : e;
+  }
+}
+
+/** Waits `ms` for a reservation; if `signal` aborts first, runs `giveBack`, then throws the reason. */
+async function waitReserved(ms, signal, giveBack) {
+  try {
+    await pause(ms, signal);
+  } catch (e) {
+    if (signal?.aborted) {
+      // The reservation is ours and will not be used: give it back. Best
+      // effort: if the refund fails too, the tokens stay taken (the safe side).
+      await giveBack().catch(() => {});
+    }
+    throw e;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Limiter and buckets
+// ---------------------------------------------------------------------------
+
+/**
+ * Entry point: wraps a connected node-redis (4+) or ioredis (5+) client or
+ * cluster, which stays the caller's (the limiter never closes it).
+ *
+ * `backend: 'auto'` (default) sends the module's commands and switches to the
+ * Lua fallback when the server answers "unknown command" (no probe, no key,
+ * no permission beyond the limiter's commands; the fallback needs EVALSHA,
+ * EVAL or SCRIPT LOAD, and the commands the script calls). `'module'` or
+ * `'lua'` force one.
+ *
+ * `maxWaitMs` is the server's `tb.max-wait-ms` when known; otherwise the
+ * limiter assumes the default (60 s) and learns the real value from the
+ * first reservation the server refuses as too long.
+ */
+export class Limiter {
+  constructor(client, { backend = 'auto', maxWaitMs } = {}) {
+    if (!['auto', 'module', 'lua'].includes(backend)) {
+      throw new RangeError(`backend must be 'auto', 'module' or 'lua', not ${JSON.stringify(backend)}`);
+    }
+    this._conn = connect(client);
+    this._wanted = backend;
+    this._backend = backend === 'auto' ? null : backend;
+    this._maxWaitMs = maxWaitMs === undefined ? null : waitArg(maxWaitMs, 'maxWaitMs');
+    /** Dedicated connections for BLOCK, idle ones kept for the next wait. */
+    this._idle = [];
+    this._dedicated = new Set();
+    this._closed = false;
+  }
+
+  /** The client passed in. */
+  get client() {
+    return this._conn.client;
+  }
+
+  /** `'module'` or `'lua'`; null until the first command has told (with `'auto'`). */
+  get backend() {
+    return this._backend;
+  }
+
+  /** The longest wait the server accepts, as far as the limiter knows. */
+  get maxWaitMs() {
+    return this._maxWaitMs ?? DEFAULT_MAX_WAIT_MS;
+  }
+
+  /** The bucket under `key`, refilling at `rate` tokens/s up to `capacity`. */
+  bucket(key, rate, capacity) {
+    return new TokenBucket(this, key, rate, capacity);
+  }
+
+  /**
+   * Runs one command (`'TB.CONSUME'`, `'TB.MCONSUME'`, `'TB.REFUND'` or
+   * `'TB.INFO'`) on the module or through the Lua fallback, with the
+   * arguments after the keys as the module takes them, and returns the raw
+   * reply. For TB.MCONSUME, `keys` are all its keys (numkeys is added).
+   */
+  execute(name, keys, args) {
+    return this._run(this._conn, name, keys, args.map(String));
+  }
+
+  async _run(conn, name, keys, args) {
+    if (this._closed) throw new Error('the limiter is closed');
+    if (this._backend !== 'lua') {
+      const head = name === 'TB.MCONSUME' ? [name, String(keys.length)] : [name];
+      try {
+        const reply = await conn.send(head, keys, args);
+        this._backend ??= 'module';
+        return reply;
+      } catch (e) {
+        if (this._wanted !== 'auto' || this._backend === 'module' || !isUnknownCommand(e)) {
+          throw asCommandError(name, e);
+        }
+        this._backend = 'lua';
+      }
+    }
+    const tail = [name, ...args];
+    try {
+      return await conn.send(['EVALSHA', SCRIPT_SHA1, String(keys.length)], keys, tail);
+    } catch (e) {
+      if (!(isReplyError(e) && String(e.message).startsWith('NOSCRIPT'))) throw asCommandError(name, e);
+    }
+    // Not cached on that server (a restart, a failover, another node): EVAL
+    // runs it and caches it for the next EVALSHA.
+    try {
+      return await conn.send(['EVAL', SCRIPT, String(keys.length)], keys, tail);
+    } catch (e) {
+      if (!(isReplyError(e) && /^NOPERM.*'eval'/i.test(String(e.message)))) throw asCommandError(name, e);
+    }
+    // A user allowed EVALSHA and SCRIPT LOAD but not EVAL: load it on the
+    // node that serves the key, then run it.
+    try {
+      await conn.sendTo(keys[0], ['SCRIPT', 'LOAD', SCRIPT]);
+      return await conn.send(['EVALSHA', SCRIPT_SHA1, String(keys.length)], keys, tail);
+    } catch (e) {
+      throw asCommandError(name, e);
+    }
+  }
+
+  /**
+   * Runs `run(w)` with the wait `w` = `waitMs` capped at the server's
+   * `tb.max-wait-ms`; learns that setting from the server's refusal (and
+   * retries once). Returns the reply and the wait used.
+   */
+  async _withWait(waitMs, run) {
+    const cap = this._maxWaitMs;
+    const w = cap !== null && waitMs > cap ? cap : waitMs;
+    try {
+      return { reply: await run(w), windowMs: w };
+    } catch (e) {
+      const n = maxWaitFrom(e);
+      if (n === null || n >= w) throw e;
+      this._maxWaitMs = n;
+      const w2 = Math.min(waitMs, n);
+      return { reply: await run(w2), windowMs: w2 };
+    }
+  }
+
+  /**
+   * TB.MCONSUME: all or nothing across `[bucket, n]` pairs (requests and
+   * tokens per minute...). With `maxWaitMs`, every bucket goes into debt if
+   * all will have refilled by then, and `retryAfterMs` is the wait before
+   * proceeding. In a cluster the keys must share a slot (`{tenant}:rpm`).
+   */
+  async consumeMany(parts, { maxWaitMs } = {}) {
+    const { reply } = await this._consumeMany(parts, maxWaitMs);
+    return MultiResult.fromReply(reply);
+  }
+
+  _consumeMany(parts, maxWaitMs) {
+    const items = [...parts];
+    if (items.length === 0) throw new RangeError('consumeMany needs at least one [bucket, n] pair');
+    const keys = items.map(([b]) => b.key);
+    const args = items.flatMap(([b, n]) => [b.rate, b._capacityArg, amountArg(n)]);
+    if (maxWaitMs === undefined) {
+      return this._run(this._conn, 'TB.MCONSUME', keys, args).then((reply) => ({ reply, windowMs: 0 }));
+    }
+    return this._withWait(waitArg(maxWaitMs, 'maxWaitMs'), (w) =>
+      this._run(this._conn, 'TB.MCONSUME', keys, [...args, 'RESERVE', String(w)]),
+    );
+  }
+
+  /**
+   * Takes every `[bucket, n]` at once, waiting up to `timeoutMs` (default:
+   * the server's longest wait): one reservation, then one timer; never polls
+   * and never holds the connection. An aborted `signal` gives the
+   * reservation back (TB.REFUND on each bucket) and throws its reason.
+   * Throws {@link RateLimited} when the wait would be longer.
+   */
+  async acquireMany(parts, { timeoutMs, signal } = {}) {
+    signal?.throwIfAborted();
+    const items = [...parts];
+    const label = items.map(([b]) => describeKey(b.key)).join(',');
+    const limit = timeoutMs === undefined ? null : waitArg(timeoutMs, 'timeoutMs');
+    const start = Date.now();
+    for (;;) {
+      // The default timeout follows what the limiter learns of the server.
+      const remaining = Math.max(0, start + (limit ?? this.maxWaitMs) - Date.now());
+      const { reply, windowMs } = await this._consumeMany(items, remaining);
+      const r = MultiResult.fromReply(reply);
+      if (r.allowed) {
+        if (r.retryAfterMs > 0) {
+          await waitReserved(r.retryAfterMs, signal, () =>
+            Promise.all(items.map(([b, n]) => (Number(n) > 0 ? b.refund(n) : null))),
+          );
+        }
+        return r;
+      }
+      if (r.never || r.retryAfterMs > remaining) throw new RateLimited(label, r);
+      // The caller's timeout reaches past the server's longest wait: come
+      // back when the wait fits it (holding nothing meanwhile).
+      await pause(r.retryAfterMs - windowMs, signal);
+    }
+  }
+
+  /** A dedicated connection for one BLOCK (reused once it is free again). */
+  async _lease() {
+    const conn = this._idle.pop() ?? (await this._conn.duplicate());
+    this._dedicated.add(conn);
+    if (this._closed) {
+      this._release(conn);
+      throw new Error('the limiter is closed');
+    }
+    return conn;
+  }
+
+  _release(conn, broken = false) {
+    if (this._closed || broken) {
+      this._dedicated.delete(conn);
+      Promise.resolve()
+        .then(() => conn.close())
+        .catch(() => {});
+    } else {
+      this._idle.push(conn);
+    }
+  }
+
+  /**
+   * Closes the connections the limiter opened for BLOCK (never the client
+   * passed in). A BLOCK still waiting fails; its reservation stays taken.
+   */
+  async close() {
+    this._closed = true;
+    const all = [...this._dedicated, ...this._idle];
+    this._idle = [];
+    this._dedicated.clear();
+    await Promise.all(all.map((c) => Promise.resolve().then(() => c.close()).catch(() => {})));
+  }
+}
+
+/** One bucket: `limiter.bucket('llm:openai', '0.5', 1)`. */
+export class TokenBucket {
+  constructor(limiter, key, rate, capacity) {
+    if (typeof key !== 'string' && !Buffer.isBuffer(key)) throw new TypeError('key must be a string or a Buffer');
+    this.limiter = limiter;
+    this.key = key;
+    /** The rate as sent (`'0.5'`, `'100/m'`). */
+    this.rate = rateArg(rate);
+    this._capacityArg = amountArg(capacity, 'capacity');
+    /** Burst size: the most tokens the bucket holds. */
+    this.capacity = Number(this._capacityArg);
+  }
+
+  _args(n, ...rest) {
+    return [this.rate, this._capacityArg, amountArg(n), ...rest];
+  }
+
+  /**
+   * Takes `n` tokens now or none (`atmost`: as many whole tokens as are
+   * there, at least one; `granted` says how many). `n = 0` is a peek.
+   */
+  async consume(n = 1, { atmost = false } = {}) {
+    const args = atmost ? this._args(n, 'ATMOST') : this._args(n);
+    return Result.fromReply(await this.limiter._run(this.limiter._conn, 'TB.CONSUME', [this.key], args));
+  }
+
+  /** Whether a request would be served now; changes nothing. */
+  peek() {
+    return this.consume(0);
+  }
+
+  /**
+   * RESERVE: if the tokens will be there within `maxWaitMs` (default: the
+   * server's longest wait; a longer one is capped to it), takes them now
+   * (into debt) and returns `allowed` with the wait in `retryAfterMs`: wait
+   * that long, then proceed. Later callers queue behind: first come, first
+   * served across the fleet. Otherwise a denial (`allowed` false) that says
+   * when to ask again.
+   */
+  async reserve(n = 1, { maxWaitMs } = {}) {
+    return Result.fromReply((await this._reserve(n, maxWaitMs)).reply);
+  }
+
+  _reserve(n, maxWaitMs, conn = this.limiter._conn, mode = 'RESERVE') {
+    const wait = maxWaitMs === undefined ? this.limiter.maxWaitMs : waitArg(maxWaitMs, 'maxWaitMs');
+    return this.limiter._withWait(wait, (w) =>
+      this.limiter._run(conn, 'TB.CONSUME', [this.key], this._args(n, mode, String(w))),
+    );
+  }
+
+  /**
+   * Waits until `n` tokens are taken, at most `timeoutMs` (default: the
+   * server's longest wait), and returns the reservation.
+   *
+   * By default it reserves (one round trip) and waits on a timer: the
+   * shared connection stays free for other commands. `block: true` lets the
+   * server hold the reply instead (TB.CONSUME ... BLOCK, module only) on a
+   * connection the limiter duplicates for it, so the shared one is never
+   * stalled. A `timeoutMs` longer than the server's `tb.max-wait-ms` waits,
+   * holding nothing, until the tokens are within reach, then reserves.
+   *
+   * An aborted `signal` throws its reason; tokens reserved for this call are
+   * given back (TB.REFUND) at once, or with `block`, when the server's
+   * delayed reply arrives. Throws {@link RateLimited} when the wait would be
+   * longer than `timeoutMs` or the request can never succeed.
+   */
+  async acquire(n = 1, { timeoutMs, signal, block = false } = {}) {
+    signal?.throwIfAborted();
+    const limiter = this.limiter;
+    const limit = timeoutMs === undefined ? null : waitArg(timeoutMs, 'timeoutMs');
+    const start = Date.now();
+    for (;;) {
+      // The default timeout follows what the limiter learns of the server.
+      const remaining = Math.max(0, start + (limit ?? limiter.maxWaitMs) - Date.now());
+      const { result: r, windowMs } =
+        block && limiter.backend !== 'lua'
+          ? await this._block(n, remaining, signal)
+          : await this._reserve(n, remaining).then(({ reply, windowMs }) => ({
+              result: Result.fromReply(reply),
+              windowMs,
+            }));
+      if (r.allowed) {
+        // Reserved (the timer mode, or the server's max-blocked was reached):
+        // the tokens are ours once this wait is over.
+        if (r.retryAfterMs > 0) await waitReserved(r.retryAfterMs, signal, () => this.refund(r.granted));
+        return r;
+      }
+      if (r.never || r.retryAfterMs > remaining) throw new RateLimited(this.key, r);
+      await pause(r.retryAfterMs - windowMs, signal);
+    }
+  }
+
+  /**
+   * TB.CONSUME ... BLOCK on a dedicated connection (RESERVE and a timer if
+   * the server turns out to have no module).
+   */
+  async _block(n, waitMs, signal) {
+    const limiter = this.limiter;
+    const conn = await limiter._lease();
+    let broken = false;
+    const done = this._reserve(n, waitMs, conn, 'BLOCK').then(
+      ({ reply, windowMs }) => ({ result: Result.fromReply(reply), windowMs }),
+      (e) => {
+        broken = !(e instanceof CommandError);
+        if (limiter.backend === 'lua') {
+          // Detected just now: a script cannot block.
+          return this._reserve(n, waitMs).then(({ reply, windowMs }) => ({ result: Result.fromReply(reply), windowMs }));
+        }
+        throw e;
+      },
+    );
+    const settled = done.finally(() => limiter._release(conn, broken));
+    if (!signal) return settled;
+    return new Promise((resolve, reject) => {
+      const onAbort = () => {
+        reject(signal.reason);
+        // The server answers at the reserved time (or at once if it denied):
+        // give back what it reserved for this call when that is known.
+        settled.then(({ result }) => (result.granted > 0 ? this.refund(result.granted) : null)).catch(() => {});
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      settled.then(
+        (v) => {
+          signal.removeEventListener('abort', onAbort);
+          resolve(v);
+        },
+        (e) => {
+          signal.removeEventListener('abort', onAbort);
+          reject(e);
+        },
+      );
+    });
+  }
+
+  /**
+   * Gives back `n` tokens (never above capacity): reserve an estimate,
+   * refund the unused part. Returns the whole tokens now in the bucket, or
+   * null for a missing key (a full bucket).
+   */
+  async refund(n) {
+    const reply = await this.limiter._run(this.limiter._conn, 'TB.REFUND', [this.key], [amountArg(n)]);
+    return reply === null ? null : int(reply);
+  }
+
+  /** The bucket as of now, or null for a missing key (a full bucket). */
+  async info() {
+    const reply = await this.limiter._run(this.limiter._conn, 'TB.INFO', [this.key], []);
+    return reply === null ? null : BucketInfo.fromReply(reply);
+  }
+}

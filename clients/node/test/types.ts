@@ -1,0 +1,97 @@
+// Compiled by `tsc --noEmit` in the tests: the shipped .d.ts files describe
+// the API as a TypeScript user calls it, with each supported library.
+
+import { Queue, Worker, type Job } from 'bullmq';
+import { Cluster, Redis } from 'ioredis';
+import { createClient, createCluster } from 'redis';
+import {
+  BucketInfo,
+  CommandError,
+  DEFAULT_MAX_WAIT_MS,
+  Limiter,
+  MultiResult,
+  RateLimited,
+  Result,
+  SCRIPT,
+  SCRIPT_SHA1,
+  TokenBucket,
+  type Backend,
+} from 'tb-limiter';
+import { RESERVATION_FIELD, limitProcessor } from 'tb-limiter/bullmq';
+
+export async function usage(): Promise<void> {
+  const nodeRedis = createClient({ url: 'redis://127.0.0.1:6379' });
+  await nodeRedis.connect();
+  const limiter = new Limiter(nodeRedis, { backend: 'auto', maxWaitMs: 10_000 });
+  new Limiter(new Redis());
+  new Limiter(new Cluster([{ host: '127.0.0.1', port: 7000 }]));
+  new Limiter(createCluster({ rootNodes: [{ url: 'redis://127.0.0.1:7000' }] }));
+
+  const backend: Backend | null = limiter.backend;
+  const wait: number = limiter.maxWaitMs + DEFAULT_MAX_WAIT_MS;
+  const llm: TokenBucket = limiter.bucket('llm:openai', '0.5', 1);
+  limiter.bucket(Buffer.from('k'), 10, 5n);
+
+  const r: Result = await llm.consume();
+  const fields: [boolean, number, number, number, number, boolean, number] = [
+    r.allowed, r.remaining, r.retryAfterMs, r.resetAfterMs, r.granted, r.never, r.retryAfter,
+  ];
+  await llm.consume(64_000, { atmost: true });
+  await llm.peek();
+  await llm.reserve(1, { maxWaitMs: 30_000 });
+  await llm.acquire(1, { timeoutMs: 30_000, signal: AbortSignal.timeout(5_000), block: true });
+  const left: number | null = await llm.refund(800);
+  const info: BucketInfo | null = await llm.info();
+  if (info) {
+    const n: number = info.tokens + info.capacity + info.rate + info.updatedAtMs + info.resetAfterMs + info.ttlMs;
+    const s: string = info.tokensExact + info.rateExact;
+    void [n, s];
+  }
+  const rpm = limiter.bucket('{acme}:rpm', '500/m', 500);
+  const tpm = limiter.bucket('{acme}:tpm', '30000/m', 30_000);
+  const m: MultiResult = await limiter.consumeMany([[rpm, 1], [tpm, 2000]], { maxWaitMs: 20_000 });
+  const rem: ReadonlyArray<number> = m.remaining;
+  await limiter.acquireMany([[rpm, 1], [tpm, 2000]], { timeoutMs: 20_000 });
+  await limiter.execute('TB.INFO', ['k'], []);
+  try {
+    await llm.acquire();
+  } catch (e) {
+    if (e instanceof RateLimited) {
+      const ms: number = e.retryAfterMs;
+      const res: Result | MultiResult = e.result;
+      void [ms, res];
+    } else if (e instanceof CommandError) {
+      const c: string = e.command;
+      void c;
+    }
+  }
+  await limiter.close();
+  void [backend, wait, fields, left, rem, SCRIPT.length, SCRIPT_SHA1.length];
+
+  // BullMQ: the guarded processor is a processor.
+  const connection = new Redis({ maxRetriesPerRequest: null });
+  const queue = new Queue('llm', { connection });
+  const worker = new Worker(
+    'llm',
+    limitProcessor(
+      (job: Job<{ tenant: string }>) => limiter.bucket(`tenant:${job.data.tenant}`, '0.5', 1),
+      async (job: Job<{ tenant: string }>) => job.data.tenant,
+      { cost: 1, maxWaitMs: 10_000, leadMs: 250 },
+    ),
+    { connection },
+  );
+  new Worker('all', limitProcessor(llm, async () => 1, { queue }), { connection });
+  void [worker, RESERVATION_FIELD];
+}
+
+// Misuse fails to compile.
+// @ts-expect-error a capacity is a number or a bigint
+limiterFor().bucket('k', 1, '5');
+// @ts-expect-error options, not a bare timeout
+void limiterFor().bucket('k', 1, 5).acquire(1, 5000);
+// @ts-expect-error no such backend
+new Limiter(new Redis(), { backend: 'python' });
+
+function limiterFor(): Limiter {
+  return new Limiter(new Redis());
+}

@@ -1,0 +1,64 @@
+# Node.js client (clients/node): npm ci from the committed lockfile, the
+# TypeScript check of the shipped .d.ts files, then `node --test` against
+# redis-server processes the tests start themselves (REDIS_SERVER,
+# TB_MODULE), on every server of TEST_SERVERS: module and Lua fallback,
+# node-redis 6 and 4, ioredis 6 and 5, the BullMQ end-to-end test with
+# workers in two processes. The mixed Celery + BullMQ fleet runs once, on
+# the first server, with the Python client's venv (mk/python.mk).
+#
+#   make node-deps    node and npm (apt-get when root and missing), npm ci
+#   make test-node    the whole Node suite
+
+NODE_DIR := $(CURDIR)/clients/node
+# Defaults when this fragment is used without the top Makefile's variables.
+MODULE ?= $(CURDIR)/target/release/libtb.so
+APT_INSTALL ?= apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y
+# A test that hangs fails after 5 minutes instead of holding make test.
+NODE_TEST := node --test --test-concurrency=1 --test-timeout=300000 --test-reporter=spec
+
+.PHONY: node-deps test-node
+
+EXTRA_TESTS += test-node
+
+# Debian's nodejs and npm when either is missing (root), else the command to
+# run; Node.js 20 or later (the package itself runs on 18, the newest
+# node-redis and ioredis need 20); then the packages of the lockfile,
+# exactly (npm ci).
+node-deps: ## node and npm (apt-get when root and missing), npm ci in clients/node
+	@missing=""; \
+	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" -eq 0 ]; then \
+	    echo "==> installing:$$missing"; \
+	    $(APT_INSTALL) $$missing; \
+	  else \
+	    echo "error: missing packages:$$missing. Install them with:" >&2; \
+	    echo "  sudo apt-get install -y$$missing" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
+	@node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)' || { \
+	  echo "error: the Node suite needs Node.js 20 or later (node-redis 6 and ioredis 6, which it" >&2; \
+	  echo "  tests, require it); found $$(node --version). Debian 12's nodejs package is 18; Debian 13's" >&2; \
+	  echo "  is 20. Install Node.js 20 (https://nodejs.org/en/download) and run make again." >&2; \
+	  exit 1; }
+	@if [ ! -f $(NODE_DIR)/node_modules/.package-lock.json ] || \
+	    [ $(NODE_DIR)/package-lock.json -nt $(NODE_DIR)/node_modules/.package-lock.json ]; then \
+	  echo "==> npm ci in $(NODE_DIR)"; \
+	  cd $(NODE_DIR) && npm ci --no-audit --no-fund --loglevel=error; \
+	fi
+
+test-node: build redis8 node-deps python-venv ## the Node client suite on every test server, BullMQ, the mixed fleet
+	@echo
+	@echo "== Node client: TypeScript check of the shipped types"
+	cd $(NODE_DIR) && ./node_modules/.bin/tsc -p tsconfig.json --noEmit
+	@for server in $(TEST_SERVERS); do \
+	  echo; \
+	  echo "== Node client: module and Lua fallback, node-redis and ioredis, BullMQ, on $$($$server --version | cut -d' ' -f1-3)"; \
+	  (cd $(NODE_DIR) && REDIS_SERVER=$$server TB_MODULE=$(MODULE) $(NODE_TEST) test/*.test.js) || exit 1; \
+	done
+	@echo
+	@echo "== Mixed fleet: a Celery worker and BullMQ workers share one bucket, on $$($(firstword $(TEST_SERVERS)) --version | cut -d' ' -f1-3)"
+	cd $(NODE_DIR) && REDIS_SERVER=$(firstword $(TEST_SERVERS)) TB_MODULE=$(MODULE) TB_PYTHON=$(PY) \
+	  $(NODE_TEST) test/fleet/*.test.js
