@@ -440,6 +440,12 @@ MODULE_ONLY = {
     "ERR unknown setting '{}'",
     "ERR unknown subcommand: use GET pattern, SET name value, or RESETSTAT",
     "ERR value must be yes or no",
+    "ERR expire-idle must be yes or no",
+    "ERR top-keys must be yes or no",
+    "ERR ",  # the code a setting's error text drops when it is logged or replied with a setting's name
+    # TB.TOP
+    "ERR COUNT must be an integer from 0 to 256",
+    "ERR unknown or repeated option: TB.TOP takes DENIED or WAITS, and COUNT n",
 }
 
 # A call of each shared error, in module spelling, and the error line both
