@@ -465,8 +465,106 @@ mod top_options_tests {
     }
 }
 
+// ---------------------------------------------------------------------------
+// Leases and their release (issue 13, parts 1 and 2).
+// ---------------------------------------------------------------------------
+
+/// Error for a bad LEASE TTL.
+pub const ERR_LEASE_TTL: ParseError =
+    "ERR LEASE takes a TTL in milliseconds, an integer from 1 to 86400000";
+/// Error for LEASE given twice (or twice for one part of TB.MCONSUME).
+pub const ERR_LEASE_TWICE: ParseError = "ERR LEASE given twice";
+/// Error for LEASE with a way of waiting or a partial grant.
+pub const ERR_LEASE_MODE: ParseError = "ERR LEASE cannot be combined with RESERVE, BLOCK or ATMOST";
+/// Error for LEASE on n = 0.
+pub const ERR_LEASE_N: ParseError = "ERR LEASE needs n of at least 1";
+/// Error for a bucket that holds the most leases it may.
+pub const ERR_LEASE_FULL: ParseError =
+    "ERR the bucket holds 1024 leases already: release some or wait for them to expire";
+/// Error for a bad lease id.
+pub const ERR_LEASE_ID: ParseError = "ERR lease-id must be an integer from 0 to 9007199254740992";
+/// Error for a bad USED amount.
+pub const ERR_USED: ParseError =
+    "ERR USED takes the tokens used, an integer from 0 to 9007199254740992";
+/// Error for an unknown option of TB.RELEASE.
+pub const ERR_RELEASE_OPTION: ParseError = "ERR unknown option: TB.RELEASE takes USED n";
+/// Error for a bad part number in TB.MCONSUME's LEASE.
+pub const ERR_LEASE_PART: ParseError =
+    "ERR LEASE in TB.MCONSUME takes a part number from 1 to numkeys and a TTL";
+
+/// Takes `LEASE ttl-ms` out of TB.CONSUME's arguments after `capacity`:
+/// the TTL (if given) and the other arguments, in order, for
+/// [`consume_options`].
+pub fn split_lease<'a>(args: &[&'a [u8]]) -> Result<(Option<u64>, Vec<&'a [u8]>), ParseError> {
+    let mut ttl = None;
+    let mut rest = Vec::with_capacity(args.len());
+    let mut i = 0;
+    while i < args.len() {
+        if is_keyword(args[i], "LEASE") {
+            if ttl.is_some() {
+                return Err(ERR_LEASE_TWICE);
+            }
+            ttl = Some(lease_ttl(args.get(i + 1).copied().unwrap_or_default())?);
+            i += 2;
+        } else {
+            rest.push(args[i]);
+            i += 1;
+        }
+    }
+    Ok((ttl, rest))
+}
+
+/// Parses a lease TTL in ms: 1 to [`crate::lease::MAX_TTL_MS`].
+pub fn lease_ttl(arg: &[u8]) -> Result<u64, ParseError> {
+    match integer(arg, crate::lease::MAX_TTL_MS, ERR_LEASE_TTL)? {
+        0 => Err(ERR_LEASE_TTL),
+        ms => Ok(ms),
+    }
+}
+
+/// Parses TB.RELEASE's arguments after the key: `lease-id [USED n]`.
+pub fn release_args(args: &[&[u8]]) -> Result<(u64, Option<u64>), ParseError> {
+    let id = integer(
+        args.first().copied().unwrap_or_default(),
+        MAX_AMOUNT,
+        ERR_LEASE_ID,
+    )?;
+    match args.get(1..).unwrap_or_default() {
+        [] => Ok((id, None)),
+        [kw, n] if is_keyword(kw, "USED") => Ok((id, Some(amount(n, ERR_USED)?))),
+        _ => Err(ERR_RELEASE_OPTION),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn lease_options_parse_strictly() {
+        let a = |v: &[&'static str]| v.iter().map(|s| s.as_bytes()).collect::<Vec<_>>();
+        let (ttl, rest) = split_lease(&a(&["5", "lease", "100"])).unwrap();
+        assert_eq!((ttl, rest), (Some(100), a(&["5"])));
+        assert_eq!(split_lease(&a(&["LEASE", "0"])), Err(ERR_LEASE_TTL));
+        assert_eq!(split_lease(&a(&["LEASE"])), Err(ERR_LEASE_TTL));
+        assert_eq!(split_lease(&a(&["LEASE", "86400001"])), Err(ERR_LEASE_TTL));
+        assert_eq!(
+            split_lease(&a(&["LEASE", "1", "LEASE", "1"])),
+            Err(ERR_LEASE_TWICE)
+        );
+        assert_eq!(
+            split_lease(&a(&["2", "ATMOST"])).unwrap(),
+            (None, a(&["2", "ATMOST"]))
+        );
+        assert_eq!(release_args(&a(&["7"])), Ok((7, None)));
+        assert_eq!(release_args(&a(&["7", "used", "3"])), Ok((7, Some(3))));
+        assert_eq!(release_args(&a(&["-1"])), Err(ERR_LEASE_ID));
+        assert_eq!(release_args(&a(&["7", "USED"])), Err(ERR_RELEASE_OPTION));
+        assert_eq!(release_args(&a(&["7", "USED", "x"])), Err(ERR_USED));
+        assert_eq!(
+            release_args(&a(&["7", "KEEP", "1"])),
+            Err(ERR_RELEASE_OPTION)
+        );
+    }
+
     use super::*;
 
     fn r(s: &str) -> Result<(u64, u64), ParseError> {

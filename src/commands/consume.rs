@@ -1,13 +1,17 @@
-//! `TB.CONSUME key rate capacity [n] [RESERVE ms | BLOCK ms] [ATMOST]`: take
-//! `n` tokens (default 1) from the bucket under `key`, refilled lazily at
-//! `rate` up to `capacity`.
+//! `TB.CONSUME key rate capacity [n] [RESERVE ms | BLOCK ms] [ATMOST]
+//! [LEASE ttl-ms]`: take `n` tokens (default 1) from the bucket under `key`,
+//! refilled lazily at `rate` up to `capacity`. With `LEASE`, the tokens are
+//! lent: `TB.RELEASE` gives them back, or they come back `ttl-ms` later
+//! ([`crate::lease`]).
 //!
-//! Reply: `[allowed, remaining, retry_after_ms, reset_after_ms, granted]`.
+//! Reply: `[allowed, remaining, retry_after_ms, reset_after_ms, granted]`,
+//! and with `LEASE` a sixth element, the lease id (0 when denied).
 
 use crate::bucket::{self, Kind, Limits, Mode};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
 use crate::glue::store::{self, BucketKey};
 use crate::glue::{blocking, clock, config, stats, top};
+use crate::lease;
 use crate::parse::{self, Wait, ERR_CAPACITY};
 
 const ERR_CANNOT_BLOCK: &str =
@@ -22,7 +26,17 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         rate: parse::rate(args.bytes(2))?,
         capacity: parse::amount(args.bytes(3), ERR_CAPACITY)?,
     };
-    let opts = parse::consume_options((4..args.len()).map(|i| args.bytes(i)))?;
+    let rest: Vec<&[u8]> = (4..args.len()).map(|i| args.bytes(i)).collect();
+    let (lease_ttl, rest) = parse::split_lease(&rest)?;
+    let opts = parse::consume_options(rest.into_iter())?;
+    if lease_ttl.is_some() {
+        if opts.atmost || opts.wait != Wait::No {
+            return Err(parse::ERR_LEASE_MODE.into());
+        }
+        if opts.n == 0 {
+            return Err(parse::ERR_LEASE_N.into());
+        }
+    }
     let mode = match opts.wait {
         Wait::No if opts.atmost => Mode::AtMost,
         Wait::No => Mode::All,
@@ -42,8 +56,21 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     }
     let now = clock::now_us();
     let key = BucketKey::open(ctx.raw, args.raw(1), true);
-    let stored = key.get()?;
-    let o = bucket::consume(stored.as_ref(), limits, opts.n, mode, now);
+    let stored = key.get_at(now)?;
+    if lease_ttl.is_some() && !key.leases().has_room() {
+        return Err(parse::ERR_LEASE_FULL.into());
+    }
+    let mut o = bucket::consume(stored.as_ref(), limits, opts.n, mode, now);
+    let target = if opts.n == 0 || opts.atmost {
+        1
+    } else {
+        opts.n
+    };
+    lease::wait_with_leases(&mut o, &key.leases(), target, now);
+    let mut lease_id = 0;
+    if let (Some(ttl), Kind::Allowed) = (lease_ttl, o.kind) {
+        lease_id = key.leases().grant(opts.n, ttl, now).unwrap_or(0);
+    }
     if o.dirty {
         store::commit(ctx.raw, &key, &o.bucket);
     }
@@ -69,6 +96,12 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
             return Ok(());
         }
     }
-    ctx.reply().ints(&reply);
+    if lease_ttl.is_some() {
+        let mut with_id = reply.to_vec();
+        with_id.push(lease_id as i64);
+        ctx.reply().ints(&with_id);
+    } else {
+        ctx.reply().ints(&reply);
+    }
     Ok(())
 }

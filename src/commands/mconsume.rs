@@ -1,13 +1,22 @@
 //! `TB.MCONSUME numkeys key [key ...] rate capacity n [rate capacity n ...]
-//! [RESERVE ms]`: all-or-nothing across several buckets (requests and tokens
-//! per minute, per tenant and per key): either every bucket gives its `n`, or
-//! none changes. All keys must hash to one slot in a cluster (use hash tags).
+//! [LEASE part ttl-ms ...] [RESERVE ms]`: all-or-nothing across several
+//! buckets (requests and tokens per minute, requests in flight, per tenant
+//! and per key): either every bucket gives its `n`, or none changes. All keys
+//! must hash to one slot in a cluster (use hash tags).
 //!
-//! Reply: `[allowed, retry_after_ms, remaining_1, ..., remaining_k]`.
+//! `LEASE part ttl-ms` lends part `part`'s tokens (1-based) instead of
+//! taking them (see [`crate::lease`]). A lease is never reserved: with
+//! `RESERVE`, leased parts must be available now while the other parts may
+//! reserve; if a leased part is short, the whole call is denied with the
+//! wait for the leased parts.
+//!
+//! Reply: `[allowed, retry_after_ms, remaining_1, ..., remaining_k]`, and
+//! with any `LEASE` the lease id of every part after them (0 for a part
+//! without a lease, or when denied).
 
 use redis_module::raw;
 
-use crate::bucket::{self, Limits, Mode, Part};
+use crate::bucket::{self, Kind, Limits, Mode, Part};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
 use crate::glue::store::{self, BucketKey};
 use crate::glue::{clock, config, stats, top};
@@ -34,24 +43,47 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         return Err(ERR_NUMKEYS.into());
     }
     let mut mode = Mode::All;
-    match args.len() - (triples + 3 * k) {
-        0 => {}
-        2 if parse::is_keyword(args.bytes(triples + 3 * k), "RESERVE") => {
-            let ms = parse::integer(
-                args.bytes(triples + 3 * k + 1),
+    let mut leased: Vec<Option<u64>> = vec![None; k];
+    let mut reserve = None;
+    let mut at = triples + 3 * k;
+    while at < args.len() {
+        if parse::is_keyword(args.bytes(at), "LEASE") {
+            if at + 2 >= args.len() {
+                return Err(parse::ERR_LEASE_PART.into());
+            }
+            let part = parse::integer(args.bytes(at + 1), k as u64, parse::ERR_LEASE_PART)?;
+            if part == 0 {
+                return Err(parse::ERR_LEASE_PART.into());
+            }
+            let ttl = parse::lease_ttl(args.bytes(at + 2))?;
+            if leased[part as usize - 1].replace(ttl).is_some() {
+                return Err(parse::ERR_LEASE_TWICE.into());
+            }
+            at += 3;
+        } else if parse::is_keyword(args.bytes(at), "RESERVE")
+            && reserve.is_none()
+            && at + 1 < args.len()
+        {
+            reserve = Some(parse::integer(
+                args.bytes(at + 1),
                 parse::MAX_WAIT_MS,
                 parse::ERR_WAIT,
-            )?;
-            let max = config::max_wait_ms();
-            if ms > max {
-                return Err(CmdError::Owned(parse::err_wait_exceeds(max)));
-            }
-            mode = Mode::Reserve {
-                max_wait_us: ms * 1000,
-            };
+            )?);
+            at += 2;
+        } else {
+            return Err(ERR_OPTION.into());
         }
-        _ => return Err(ERR_OPTION.into()),
     }
+    if let Some(ms) = reserve {
+        let max = config::max_wait_ms();
+        if ms > max {
+            return Err(CmdError::Owned(parse::err_wait_exceeds(max)));
+        }
+        mode = Mode::Reserve {
+            max_wait_us: ms * 1000,
+        };
+    }
+    let any_lease = leased.iter().any(Option::is_some);
     let mut parts = Vec::with_capacity(k);
     for i in 0..k {
         let at = triples + 3 * i;
@@ -71,14 +103,51 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
             }
         }
     }
+    if leased
+        .iter()
+        .zip(&parts)
+        .any(|(l, p)| l.is_some() && p.n == 0)
+    {
+        return Err(parse::ERR_LEASE_N.into());
+    }
     let now = clock::now_us();
     let keys: Vec<BucketKey> = (0..k)
         .map(|i| BucketKey::open(ctx.raw, args.raw(2 + i), true))
         .collect();
     for (part, key) in parts.iter_mut().zip(&keys) {
-        part.stored = key.get()?;
+        part.stored = key.get_at(now)?;
     }
-    let o = bucket::consume_all(&parts, mode, now);
+    for (l, key) in leased.iter().zip(&keys) {
+        if l.is_some() && !key.leases().has_room() {
+            return Err(parse::ERR_LEASE_FULL.into());
+        }
+    }
+    // A lease is never reserved: a leased part short now denies the call.
+    let short: Vec<usize> = (0..k)
+        .filter(|&j| {
+            leased[j].is_some() && {
+                let p = &parts[j];
+                let probe = bucket::consume(p.stored.as_ref(), p.limits, p.n, Mode::All, now);
+                probe.kind != Kind::Allowed
+            }
+        })
+        .collect();
+    let mut o = if short.is_empty() {
+        bucket::consume_all(&parts, mode, now)
+    } else {
+        bucket::consume_all(&parts, Mode::All, now)
+    };
+    if (!o.allowed && keys.iter().any(|key| !key.leases().held.is_empty())) || !short.is_empty() {
+        o.retry_after_ms = wait_with_leases(&parts, &o.buckets, &keys, &short, now);
+    }
+    let mut ids = vec![0u64; k];
+    if o.allowed {
+        for j in 0..k {
+            if let Some(ttl) = leased[j] {
+                ids[j] = keys[j].leases().grant(parts[j].n, ttl, now).unwrap_or(0);
+            }
+        }
+    }
     for ((key, b), dirty) in keys.iter().zip(&o.buckets).zip(&o.dirty) {
         if *dirty {
             store::commit(ctx.raw, key, b);
@@ -92,13 +161,45 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     stats::record_multi(o.allowed, o.retry_after_ms, tokens);
     top::record_multi(&parts, &o, now, |i| args.bytes(2 + i));
     let r = ctx.reply();
-    r.array(2 + k);
+    r.array(if any_lease { 2 + 2 * k } else { 2 + k });
     r.int(i64::from(o.allowed));
     r.int(o.retry_after_ms);
     for &left in &o.remaining {
         r.int(left as i64);
     }
+    if any_lease {
+        for &id in &ids {
+            r.int(id as i64);
+        }
+    }
     Ok(())
+}
+
+/// The wait of a denial counting the held leases' expiry: the longest over
+/// the parts in `only` (the leased parts short now), or over every part when
+/// `only` is empty; -1 if one of them can never succeed.
+fn wait_with_leases(
+    parts: &[Part],
+    buckets: &[bucket::Bucket],
+    keys: &[BucketKey],
+    only: &[usize],
+    now: i64,
+) -> i64 {
+    let all: Vec<usize> = (0..parts.len()).collect();
+    let which = if only.is_empty() { &all[..] } else { only };
+    let mut wait = 0u64;
+    for &j in which {
+        let (p, b) = (&parts[j], &buckets[j]);
+        if p.n > b.capacity {
+            return -1;
+        }
+        let level = p.n.max(1) as i128 * bucket::NANOS;
+        match keys[j].leases().micros_until(b, level, now) {
+            Some(us) => wait = wait.max(us),
+            None => return -1,
+        }
+    }
+    bucket::ceil_ms(wait)
 }
 
 /// Answers Redis' question "where are the keys?" (COMMAND GETKEYS, cluster

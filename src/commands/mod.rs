@@ -6,6 +6,7 @@ pub mod consume;
 pub mod info;
 pub mod mconsume;
 pub mod refund;
+pub mod release;
 pub mod setstate;
 pub mod throttle;
 pub mod top;
@@ -23,6 +24,7 @@ command_entry!(info_entry, info::run);
 command_entry!(config_entry, config::run);
 command_entry!(setstate_entry, setstate::run);
 command_entry!(refund_entry, refund::run);
+command_entry!(release_entry, release::run);
 command_entry!(mconsume_entry, mconsume::run);
 command_entry!(throttle_entry, throttle::run);
 command_entry!(top_entry, top::run);
@@ -179,6 +181,7 @@ const COMMANDS: &[Spec] = &[
                 )
                 .optional(),
                 pure_token(c"atmost", c"ATMOST").optional(),
+                integer(c"lease-ttl-ms").token(c"LEASE").optional(),
             ],
         },
     },
@@ -199,6 +202,10 @@ const COMMANDS: &[Spec] = &[
                     &[string(c"rate"), integer(c"capacity"), integer(c"n")],
                 )
                 .multiple(),
+                block(c"lease", &[integer(c"part"), integer(c"lease-ttl-ms")])
+                    .token(c"LEASE")
+                    .optional()
+                    .multiple(),
                 integer(c"reserve-ms").token(c"RESERVE").optional(),
             ],
         },
@@ -213,6 +220,22 @@ const COMMANDS: &[Spec] = &[
             summary: c"Gives n tokens back to a bucket, never above its capacity",
             arity: 3,
             args: &[key(c"key"), integer(c"n")],
+        },
+    },
+    Spec {
+        name: c"tb.release",
+        entry: release_entry,
+        flags: c"write deny-oom fast",
+        keys: (1, 1, 1),
+        acl: c"write fast",
+        doc: Doc {
+            summary: c"Gives a lease's tokens back once, or settles it to the tokens used",
+            arity: -3,
+            args: &[
+                key(c"key"),
+                integer(c"lease-id"),
+                integer(c"used").token(c"USED").optional(),
+            ],
         },
     },
     Spec {

@@ -18,7 +18,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let n = parse::amount(args.bytes(2), ERR_N)?;
     let now = clock::now_us();
     let key = BucketKey::open(ctx.raw, args.raw(1), true);
-    let stored = key.get()?;
+    let stored = key.get_at(now)?;
     let Some(b) = bucket::refund(stored.as_ref(), n, now) else {
         ctx.reply().null();
         return Ok(());

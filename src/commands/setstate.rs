@@ -4,7 +4,8 @@
 //! never re-run a clock-dependent command. Deterministic: it reads no clock.
 //!
 //! Replication and AOF rewrite send the compact binary `state`
-//! ([`crate::codec::wire`], recognised by its first byte); the decimal form,
+//! ([`crate::codec::wire`], recognised by its first byte; tag 2 carries the
+//! bucket's leases); the decimal form, which has no leases,
 //! with `expire_at_ms` 0 for no expiry, is accepted too, for people and tools.
 
 use redis_module::raw;
@@ -13,19 +14,24 @@ use crate::bucket::{Bucket, Rate};
 use crate::codec::wire;
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
 use crate::glue::store::BucketKey;
+use crate::lease::Leases;
 use crate::parse;
 
 const ERR_STATE: &str = "ERR invalid bucket state for TB.SETSTATE";
 
 /// Handler of `TB.SETSTATE`.
 pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
-    let (b, at_ms) = match args.len() {
-        3 => wire::decode(args.bytes(2)).ok_or(ERR_STATE)?,
-        8 => decimal_state(args)?,
+    let (b, leases, at_ms) = match args.len() {
+        3 => wire::decode_state(args.bytes(2)).ok_or(ERR_STATE)?,
+        8 => {
+            let (b, at_ms) = decimal_state(args)?;
+            (b, Leases::default(), at_ms)
+        }
         _ => return Err(CmdError::WrongArity),
     };
     let key = BucketKey::open(ctx.raw, args.raw(1), true);
     key.get()?;
+    key.set_leases(leases);
     key.put(&b);
     key.set_expire_at(at_ms);
     // SAFETY: ctx and the key name are live for this command.

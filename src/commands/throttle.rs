@@ -47,7 +47,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     };
     let now = clock::now_us();
     let key = BucketKey::open(ctx.raw, args.raw(1), true);
-    let stored = key.get()?;
+    let stored = key.get_at(now)?;
     let o = bucket::consume(stored.as_ref(), limits, quantity, Mode::All, now);
     if o.dirty {
         store::commit(ctx.raw, &key, &o.bucket);

@@ -1,7 +1,7 @@
 //! Key access and the write path: store a bucket, set its expiry, replicate
 //! the resulting state.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::os::raw::{c_longlong, c_void};
 
 use redis_module::raw;
@@ -11,6 +11,7 @@ use super::datatype::{self, tb_type};
 use super::entry::CmdError;
 use crate::bucket::{Bucket, Expiry};
 use crate::codec::wire;
+use crate::lease::{self, Leases};
 
 /// Name of the internal command that sets a bucket's absolute state; it is
 /// what replicas and the AOF receive instead of the client's command.
@@ -23,6 +24,9 @@ pub struct BucketKey {
     /// The stored value found by [`BucketKey::get`] (null if none), so that
     /// [`BucketKey::put`] writes it in place without asking Redis again.
     value: Cell<*mut c_void>,
+    /// The leases of the stored bucket as [`BucketKey::get`] read them,
+    /// changed by the command and written back by [`BucketKey::put`].
+    leases: RefCell<Leases>,
 }
 
 impl BucketKey {
@@ -43,6 +47,7 @@ impl BucketKey {
             key,
             name,
             value: Cell::new(std::ptr::null_mut()),
+            leases: RefCell::new(Leases::default()),
         }
     }
 
@@ -57,7 +62,27 @@ impl BucketKey {
         let found = self.value_ptr()?;
         self.value.set(found.unwrap_or(std::ptr::null_mut()));
         // SAFETY: a non-null value of our type is a live value of datatype.rs.
+        *self.leases.borrow_mut() =
+            found.map_or_else(Leases::default, |p| unsafe { datatype::read_leases(p) });
+        // SAFETY: as above.
         Ok(found.map(|p| unsafe { datatype::read_value(p) }))
+    }
+
+    /// [`BucketKey::get`] as of `now_us`: the tokens of leases expired by
+    /// then are back in the bucket, and those leases are gone from
+    /// [`BucketKey::leases`] (written with the next [`commit`]; until then
+    /// the stored state still has them, which reads the same).
+    pub fn get_at(&self, now_us: i64) -> Result<Option<Bucket>, CmdError> {
+        let stored = self.get()?;
+        Ok(stored.map(|mut b| {
+            self.leases.borrow_mut().expire(&mut b, now_us);
+            b
+        }))
+    }
+
+    /// The leases held on this key (as of [`BucketKey::get_at`]'s time).
+    pub fn leases(&self) -> std::cell::RefMut<'_, Leases> {
+        self.leases.borrow_mut()
     }
 
     fn value_ptr(&self) -> Result<Option<*mut c_void>, CmdError> {
@@ -84,12 +109,13 @@ impl BucketKey {
     /// checked the key's type with `get` first.
     pub fn put(&self, b: &Bucket) {
         let existing = self.value.get();
+        let leases = self.leases.borrow();
         // SAFETY: `get` found this live value under the still-open key, and
         // no reference to it is held.
-        if !existing.is_null() && unsafe { datatype::write_value(existing, b) } {
+        if !existing.is_null() && unsafe { datatype::write_value(existing, b, &leases) } {
             return;
         }
-        let value = datatype::new_value(b);
+        let value = datatype::new_value(b, &leases);
         // SAFETY: the key is open for writing and holds our type's `existing`
         // value, or nothing; Redis owns `value` from here on and frees it
         // through the type's free callback; the replaced value is ours to free.
@@ -144,6 +170,11 @@ impl BucketKey {
         }
     }
 
+    /// Replaces the leases [`BucketKey::put`] writes.
+    pub fn set_leases(&self, leases: Leases) {
+        *self.leases.borrow_mut() = leases;
+    }
+
     /// Deletes the key.
     fn delete(&self) {
         self.value.set(std::ptr::null_mut());
@@ -159,13 +190,14 @@ impl Drop for BucketKey {
     }
 }
 
-/// The absolute expiry to store with `b` in ms (0: none), or `None` when the
-/// bucket is full and its key can simply be deleted.
-pub fn expire_at_ms(b: &Bucket) -> Option<i64> {
+/// The absolute expiry to store with `b` and its leases in ms (0: none), or
+/// `None` when the bucket is full, holds no lease, and its key can simply
+/// be deleted.
+pub fn expire_at_ms(b: &Bucket, leases: &Leases) -> Option<i64> {
     if !config::expire_idle() {
         return Some(0);
     }
-    match b.expiry() {
+    match lease::key_expiry(b, leases) {
         Expiry::Now => None,
         Expiry::AtMs(ms) => Some(ms),
         Expiry::Never => Some(0),
@@ -175,7 +207,8 @@ pub fn expire_at_ms(b: &Bucket) -> Option<i64> {
 /// Writes `b` under `key` and replicates the resulting absolute state, so
 /// replicas and the AOF never re-run a clock-dependent command.
 pub fn commit(ctx: *mut raw::RedisModuleCtx, key: &BucketKey, b: &Bucket) {
-    match expire_at_ms(b) {
+    let at = expire_at_ms(b, &key.leases.borrow());
+    match at {
         None => {
             key.delete();
             // SAFETY: ctx and the key name are live; format "s" = one RedisModuleString.
@@ -186,7 +219,7 @@ pub fn commit(ctx: *mut raw::RedisModuleCtx, key: &BucketKey, b: &Bucket) {
         Some(at_ms) => {
             key.put(b);
             key.set_expire_at(at_ms);
-            replicate_state(ctx, key.name(), b, at_ms);
+            replicate_state(ctx, key.name(), b, &key.leases.borrow(), at_ms);
         }
     }
     // SAFETY: ctx and the key name are live for this command.
@@ -200,10 +233,12 @@ fn replicate_state(
     ctx: *mut raw::RedisModuleCtx,
     name: *mut raw::RedisModuleString,
     b: &Bucket,
+    leases: &Leases,
     at_ms: i64,
 ) {
-    let mut buf = [0u8; wire::MAX_LEN];
-    let len = wire::encode(b, at_ms, &mut buf);
+    let mut buf = Vec::with_capacity(wire::MAX_LEN);
+    wire::encode_state(b, leases, at_ms, &mut buf);
+    let len = buf.len();
     // SAFETY: ctx and name are live; the format string matches the arguments:
     // s = RedisModuleString*, b = (char*, size_t).
     unsafe {
