@@ -409,62 +409,6 @@ pub fn top_options<'a>(
     Ok(o)
 }
 
-#[cfg(test)]
-mod top_options_tests {
-    use super::*;
-    use proptest::strategy::Strategy;
-
-    const ERR_COUNT: ParseError = "ERR count";
-
-    fn top(args: &[&str]) -> Result<TopOptions, ParseError> {
-        top_options(args.iter().map(|a| a.as_bytes()), 256, ERR_COUNT)
-    }
-
-    #[test]
-    fn defaults_and_every_form() {
-        let t = |metric, count| Ok(TopOptions { metric, count });
-        assert_eq!(top(&[]), t(TopMetric::Denied, 10));
-        assert_eq!(top(&["waits"]), t(TopMetric::Waits, 10));
-        assert_eq!(top(&["DENIED", "COUNT", "3"]), t(TopMetric::Denied, 3));
-        assert_eq!(top(&["count", "256", "Waits"]), t(TopMetric::Waits, 256));
-        assert_eq!(top(&["COUNT", "0"]), t(TopMetric::Denied, 0));
-        assert_eq!(
-            top_options(std::iter::empty(), 4, ERR_COUNT),
-            t(TopMetric::Denied, 4),
-            "the default count never exceeds the capacity"
-        );
-    }
-
-    #[test]
-    fn refusals() {
-        assert_eq!(top(&["COUNT", "257"]), Err(ERR_COUNT));
-        assert_eq!(top(&["COUNT", "-1"]), Err(ERR_COUNT));
-        assert_eq!(top(&["COUNT"]), Err(ERR_COUNT));
-        assert_eq!(top(&["COUNT", "1", "COUNT", "2"]), Err(ERR_TOP_OPTION));
-        assert_eq!(top(&["DENIED", "WAITS"]), Err(ERR_TOP_OPTION));
-        assert_eq!(top(&["WAITED"]), Err(ERR_TOP_OPTION));
-        assert_eq!(top(&["3"]), Err(ERR_TOP_OPTION));
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn never_panics_and_stays_in_range(
-            args in proptest::collection::vec(
-                proptest::prop_oneof![
-                    proptest::sample::select(vec!["DENIED", "waits", "COUNT", "count", "0", "256", "257", "-1", ""])
-                        .prop_map(String::from),
-                    "\\PC{0,4}".prop_map(String::from)
-                ],
-                0..6,
-            ),
-        ) {
-            if let Ok(o) = top_options(args.iter().map(|a| a.as_bytes()), 256, ERR_COUNT) {
-                proptest::prop_assert!(o.count <= 256);
-            }
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Leases and their release (issue 13, parts 1 and 2).
 // ---------------------------------------------------------------------------
@@ -533,6 +477,62 @@ pub fn release_args(args: &[&[u8]]) -> Result<(u64, Option<u64>), ParseError> {
         [] => Ok((id, None)),
         [kw, n] if is_keyword(kw, "USED") => Ok((id, Some(amount(n, ERR_USED)?))),
         _ => Err(ERR_RELEASE_OPTION),
+    }
+}
+
+#[cfg(test)]
+mod top_options_tests {
+    use super::*;
+    use proptest::strategy::Strategy;
+
+    const ERR_COUNT: ParseError = "ERR count";
+
+    fn top(args: &[&str]) -> Result<TopOptions, ParseError> {
+        top_options(args.iter().map(|a| a.as_bytes()), 256, ERR_COUNT)
+    }
+
+    #[test]
+    fn defaults_and_every_form() {
+        let t = |metric, count| Ok(TopOptions { metric, count });
+        assert_eq!(top(&[]), t(TopMetric::Denied, 10));
+        assert_eq!(top(&["waits"]), t(TopMetric::Waits, 10));
+        assert_eq!(top(&["DENIED", "COUNT", "3"]), t(TopMetric::Denied, 3));
+        assert_eq!(top(&["count", "256", "Waits"]), t(TopMetric::Waits, 256));
+        assert_eq!(top(&["COUNT", "0"]), t(TopMetric::Denied, 0));
+        assert_eq!(
+            top_options(std::iter::empty(), 4, ERR_COUNT),
+            t(TopMetric::Denied, 4),
+            "the default count never exceeds the capacity"
+        );
+    }
+
+    #[test]
+    fn refusals() {
+        assert_eq!(top(&["COUNT", "257"]), Err(ERR_COUNT));
+        assert_eq!(top(&["COUNT", "-1"]), Err(ERR_COUNT));
+        assert_eq!(top(&["COUNT"]), Err(ERR_COUNT));
+        assert_eq!(top(&["COUNT", "1", "COUNT", "2"]), Err(ERR_TOP_OPTION));
+        assert_eq!(top(&["DENIED", "WAITS"]), Err(ERR_TOP_OPTION));
+        assert_eq!(top(&["WAITED"]), Err(ERR_TOP_OPTION));
+        assert_eq!(top(&["3"]), Err(ERR_TOP_OPTION));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics_and_stays_in_range(
+            args in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::sample::select(vec!["DENIED", "waits", "COUNT", "count", "0", "256", "257", "-1", ""])
+                        .prop_map(String::from),
+                    "\\PC{0,4}".prop_map(String::from)
+                ],
+                0..6,
+            ),
+        ) {
+            if let Ok(o) = top_options(args.iter().map(|a| a.as_bytes()), 256, ERR_COUNT) {
+                proptest::prop_assert!(o.count <= 256);
+            }
+        }
     }
 }
 

@@ -61,16 +61,16 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         return Err(parse::ERR_LEASE_FULL.into());
     }
     let mut o = bucket::consume(stored.as_ref(), limits, opts.n, mode, now);
+    let mut lease_id = 0;
+    if let (Some(ttl), Kind::Allowed) = (lease_ttl, o.kind) {
+        lease_id = key.leases().grant(opts.n, ttl, now).unwrap_or(0);
+    }
     let target = if opts.n == 0 || opts.atmost {
         1
     } else {
         opts.n
     };
     lease::wait_with_leases(&mut o, &key.leases(), target, now);
-    let mut lease_id = 0;
-    if let (Some(ttl), Kind::Allowed) = (lease_ttl, o.kind) {
-        lease_id = key.leases().grant(opts.n, ttl, now).unwrap_or(0);
-    }
     if o.dirty {
         store::commit(ctx.raw, &key, &o.bucket);
     }
