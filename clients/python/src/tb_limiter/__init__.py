@@ -17,11 +17,13 @@ from ._protocol import SCRIPT, Call
 from ._rates import LimitSpec, parse_limits
 from ._spec import BucketSpec
 from ._types import Backend, BucketInfo, MultiResult, RateLimited, Result
-from .aio import AsyncBucketGroup, AsyncLimit, AsyncLimiter, AsyncTokenBucket
-from .sync import BucketGroup, Limit, Limiter, TokenBucket
+from .aio import AsyncBucketGroup, AsyncLeased, AsyncLeasedMany, AsyncLimit, AsyncLimiter, AsyncTokenBucket
+from .sync import BucketGroup, Leased, LeasedMany, Limit, Limiter, TokenBucket
 
 __all__ = [
     "AsyncBucketGroup",
+    "AsyncLeased",
+    "AsyncLeasedMany",
     "AsyncLimit",
     "AsyncLimiter",
     "AsyncTokenBucket",
@@ -30,6 +32,8 @@ __all__ = [
     "BucketInfo",
     "BucketSpec",
     "Call",
+    "Leased",
+    "LeasedMany",
     "Limit",
     "LimitSpec",
     "Limiter",
