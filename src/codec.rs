@@ -174,9 +174,9 @@ pub mod wire {
     /// Decodes a state written by [`encode_state`] (either tag); `None` for
     /// anything else, including leases that break their invariants.
     pub fn decode_state(bytes: &[u8]) -> Option<(Bucket, Leases, i64)> {
-        match bytes.first()? {
-            &TAG => decode(bytes).map(|(b, at)| (b, Leases::default(), at)),
-            &TAG_LEASES => {
+        match *bytes.first()? {
+            TAG => decode(bytes).map(|(b, at)| (b, Leases::default(), at)),
+            TAG_LEASES => {
                 // The bucket's six fields, then the leases: find where the
                 // sixth varint ends and decode that prefix as tag 1.
                 let mut input = &bytes[1..];
