@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{replica_of, Server, ServerConfig};
+use common::{config_set, digest, info_field, replica_of, sync_replica, Server, ServerConfig};
 use redis::{Connection, Value};
 
 /// Every eviction policy Redis 7.0 and 8.2 accept.
@@ -36,30 +36,12 @@ const FILLER_BYTES: usize = 4000;
 /// Room above the empty server's memory given to `maxmemory`.
 const HEADROOM: u64 = 2 << 20;
 
-fn info_field(c: &mut Connection, section: &str, field: &str) -> String {
-    let text: String = redis::cmd("INFO").arg(section).query(c).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or_else(|| panic!("no {field} in INFO {section}:\n{text}"))
-        .trim()
-        .to_string()
-}
-
 fn can_evict(c: &mut Connection) -> String {
     info_field(c, "tb", "tb_eviction_policy_can_evict_buckets")
 }
 
-fn config_set(c: &mut Connection, name: &str, value: &str) {
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg(name)
-        .arg(value)
-        .query(c)
-        .unwrap_or_else(|e| panic!("CONFIG SET {name} {value}: {e}"));
-}
-
 /// The error text of a command that must fail.
-fn error_of(r: redis::RedisResult<Value>) -> String {
+fn error_line(r: redis::RedisResult<Value>) -> String {
     match r {
         Err(e) => format!("{} {}", e.code().unwrap_or(""), e.detail().unwrap_or("")),
         Ok(v) => panic!("expected an error, got {v:?}"),
@@ -346,11 +328,11 @@ fn deny_oom_refuses_new_buckets_with_a_clear_error() {
             .query(&mut c),
     ];
     for r in refused {
-        let e = error_of(r);
+        let e = error_line(r);
         assert!(e.starts_with(OOM), "{e}");
     }
     // Inside a script the same error reaches the script.
-    let e = error_of(
+    let e = error_line(
         redis::cmd("EVAL")
             .arg("return redis.pcall('TB.CONSUME', KEYS[1], '1/d', '10')")
             .arg(1)
@@ -360,9 +342,9 @@ fn deny_oom_refuses_new_buckets_with_a_clear_error() {
     assert!(e.starts_with(OOM), "{e}");
     // MULTI: the command is refused when queued, and EXEC aborts.
     let _: () = redis::cmd("MULTI").query(&mut c).unwrap();
-    let queued = error_of(consume(&mut c, "new", 1));
+    let queued = error_line(consume(&mut c, "new", 1));
     assert!(queued.starts_with(OOM), "{queued}");
-    let exec = error_of(redis::cmd("EXEC").query(&mut c));
+    let exec = error_line(redis::cmd("EXEC").query(&mut c));
     assert!(exec.starts_with("EXECABORT"), "{exec}");
 
     // Nothing was created or changed; reads still work.
@@ -400,12 +382,7 @@ fn a_replica_past_maxmemory_still_applies_the_masters_state() {
     let mut mc = m.conn();
     let r1: Vec<i64> = redis::from_redis_value(&consume(&mut mc, "k", 3).unwrap()).unwrap();
     assert_eq!(r1[..2], [1, 7]);
-    let acked: i64 = redis::cmd("WAIT")
-        .arg(1)
-        .arg(15_000)
-        .query(&mut mc)
-        .unwrap();
-    assert_eq!(acked, 1);
+    sync_replica(&mut mc);
     let on_master: Vec<String> = redis::cmd("TB.INFO").arg("k").query(&mut mc).unwrap();
     let on_replica: Vec<String> = redis::cmd("TB.INFO").arg("k").query(&mut rc).unwrap();
     assert_eq!(
@@ -413,15 +390,9 @@ fn a_replica_past_maxmemory_still_applies_the_masters_state() {
         on_replica[2..8],
         "same capacity, rate and time"
     );
-    let dm: Vec<String> = redis::cmd("DEBUG")
-        .arg("DIGEST-VALUE")
-        .arg("k")
-        .query(&mut mc)
-        .unwrap();
-    let dr: Vec<String> = redis::cmd("DEBUG")
-        .arg("DIGEST-VALUE")
-        .arg("k")
-        .query(&mut rc)
-        .unwrap();
-    assert_eq!(dm, dr, "identical state");
+    assert_eq!(
+        digest(&mut mc, "k"),
+        digest(&mut rc, "k"),
+        "identical state"
+    );
 }

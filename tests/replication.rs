@@ -6,18 +6,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{replica_of, Server, ServerConfig};
+use common::{commandstats, dataset_digest, replica_of, sync_replica, Server, ServerConfig};
 use redis::Connection;
-
-fn dataset_digest(c: &mut Connection) -> String {
-    redis::cmd("DEBUG").arg("DIGEST").query(c).unwrap()
-}
-
-/// Waits until the replica has processed everything the master sent.
-fn sync(master: &mut Connection) {
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(15_000).query(master).unwrap();
-    assert_eq!(acked, 1, "the replica acknowledged the stream");
-}
 
 fn workload(c: &mut Connection, round: u64) {
     // Rates and capacities chosen so that no key expires during the test,
@@ -68,7 +58,7 @@ fn master_and_replica_hold_identical_buckets() {
     }
     r.resume();
     workload(&mut mc, round + 1);
-    sync(&mut mc);
+    sync_replica(&mut mc);
     let mut rc = r.conn();
     let (dm, dr) = (dataset_digest(&mut mc), dataset_digest(&mut rc));
     assert_eq!(dm, dr, "DEBUG DIGEST differs after {round} rounds");
@@ -76,10 +66,6 @@ fn master_and_replica_hold_identical_buckets() {
     assert!(keys >= 20, "the workload created buckets: {keys}");
     let exists: i64 = redis::cmd("EXISTS").arg("full").query(&mut rc).unwrap();
     assert_eq!(exists, 0, "the full bucket was deleted on the replica too");
-}
-
-fn commandstats(c: &mut Connection) -> String {
-    redis::cmd("INFO").arg("commandstats").query(c).unwrap()
 }
 
 #[test]
@@ -95,7 +81,7 @@ fn replicas_receive_state_not_commands() {
             .query(&mut mc)
             .unwrap();
     }
-    sync(&mut mc);
+    sync_replica(&mut mc);
     let stats = commandstats(&mut r.conn());
     assert!(
         stats.contains("cmdstat_tb.setstate:calls=3"),

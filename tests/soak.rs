@@ -26,7 +26,10 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{replica_of, server_version, Server, ServerConfig};
+use common::{
+    dataset_digest, info_field, replica_of, server_version, sync_replica, used_memory, Server,
+    ServerConfig,
+};
 use redis::{Connection, Value};
 
 /// Audited buckets: `(key, rate as TB.CONSUME takes it, count, period,
@@ -50,19 +53,6 @@ const CLOCK_SLACK_US: i64 = 1000;
 
 fn soak_seconds() -> u64 {
     std::env::var("TB_SOAK_SECONDS").map_or(20, |v| v.parse().expect("TB_SOAK_SECONDS"))
-}
-
-fn info_field(c: &mut Connection, section: &str, field: &str) -> String {
-    let text: String = redis::cmd("INFO").arg(section).query(c).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or_else(|| panic!("no {field} in INFO {section}"))
-        .trim()
-        .to_string()
-}
-
-fn used_memory(c: &mut Connection) -> i64 {
-    info_field(c, "memory", "used_memory").parse().unwrap()
 }
 
 fn dbsize(c: &mut Connection) -> i64 {
@@ -396,10 +386,6 @@ fn audit(bucket: usize, grants: &[Grant]) -> Result<u64, String> {
     Ok(windows)
 }
 
-fn digest(c: &mut Connection) -> String {
-    redis::cmd("DEBUG").arg("DIGEST").query(c).unwrap()
-}
-
 /// Polls `f` every 100 ms until it holds, for at most `deadline`.
 fn eventually(what: &str, deadline: Duration, mut f: impl FnMut() -> bool) {
     let end = Instant::now() + deadline;
@@ -605,10 +591,9 @@ fn same_data(mc: &mut Connection, rc: &mut Connection) -> i64 {
         .arg(0)
         .query(mc)
         .unwrap();
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(30_000).query(mc).unwrap();
-    assert_eq!(acked, 1, "the replica acknowledged the stream");
+    sync_replica(mc);
     let keys = dbsize(mc);
-    let (dm, dr) = (digest(mc), digest(rc));
+    let (dm, dr) = (dataset_digest(mc), dataset_digest(rc));
     assert_eq!(dm, dr, "master and replica digests differ after the load");
     let _: () = redis::cmd("DEBUG")
         .arg("SET-ACTIVE-EXPIRE")

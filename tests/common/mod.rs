@@ -14,6 +14,11 @@
 
 pub mod cluster;
 pub mod rng;
+pub mod vocab;
+
+// Not every test file uses the vocabulary (harness.rs tests the harness).
+#[allow(unused_imports)]
+pub use self::vocab::*;
 
 use std::collections::HashSet;
 use std::fs::{self, File};
@@ -252,6 +257,17 @@ impl Server {
             .expect("set_read_timeout");
         c.set_write_timeout(Some(IO_TIMEOUT))
             .expect("set_write_timeout");
+        c
+    }
+
+    /// A new connection (see [`Server::conn`]) authenticated as `user`.
+    pub fn login(&self, user: &str, pass: &str) -> redis::Connection {
+        let mut c = self.conn();
+        redis::cmd("AUTH")
+            .arg(user)
+            .arg(pass)
+            .query::<()>(&mut c)
+            .unwrap_or_else(|e| panic!("AUTH {user}: {e}"));
         c
     }
 
