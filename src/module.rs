@@ -6,6 +6,7 @@ use redis_module::configuration::ConfigurationFlags;
 use redis_module::{raw, redis_module, Context, RedisString, Status};
 
 use crate::commands;
+use crate::glue::command;
 use crate::glue::config::{
     DEFAULT_MAX_BLOCKED, DEFAULT_MAX_WAIT_MS, EXPIRE_IDLE, MAX_BLOCKED, MAX_MAX_BLOCKED, MAX_WAIT,
 };
@@ -31,7 +32,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     );
     // Warn now if the eviction policy can evict buckets (see eviction.rs).
     eviction::refresh(ctx);
-    match commands::register_all(ctx.get_raw()) {
+    match command::register_all(ctx, commands::ALL) {
         Ok(()) => Status::Ok,
         Err(e) => {
             ctx.log_warning(&format!("tb: {e}"));

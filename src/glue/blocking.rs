@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use redis_module::{raw, Context};
 
-use super::entry::guard;
+use super::entry::{guard, Ctx};
 use super::reply::Replier;
 use super::{config, stats};
 
@@ -27,9 +27,9 @@ type Due = [i64; 5];
 
 /// Whether the calling context may block (not inside MULTI, a script, or a
 /// client that cannot block).
-pub fn can_block(ctx: *mut raw::RedisModuleCtx) -> bool {
+pub fn can_block(ctx: &Ctx<'_>) -> bool {
     // SAFETY: ctx is the live context of the current command.
-    let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx) } as u32;
+    let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx.as_ptr()) } as u32;
     let deny = raw::REDISMODULE_CTX_FLAGS_MULTI
         | raw::REDISMODULE_CTX_FLAGS_LUA
         | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING;
@@ -60,11 +60,17 @@ pub fn has_room() -> bool {
 
 /// Blocks the calling client for `wait_ms`, then replies `due`. Returns false
 /// if Redis refused to block the client (the caller then replies itself).
-pub fn block_for(ctx: *mut raw::RedisModuleCtx, wait_ms: i64, due: Due) -> bool {
+pub fn block_for(ctx: &Ctx<'_>, wait_ms: i64, due: Due) -> bool {
     // SAFETY: ctx is the live context of the current command; the callbacks
     // match the signatures Redis expects; no timeout (the timer unblocks).
     let bc = unsafe {
-        raw::RedisModule_BlockClient.unwrap()(ctx, Some(reply_due), None, Some(free_due), 0)
+        raw::RedisModule_BlockClient.unwrap()(
+            ctx.as_ptr(),
+            Some(reply_due),
+            None,
+            Some(free_due),
+            0,
+        )
     };
     if bc.is_null() {
         return false;
@@ -74,7 +80,7 @@ pub fn block_for(ctx: *mut raw::RedisModuleCtx, wait_ms: i64, due: Due) -> bool 
     WAITING.with(|w| w.borrow_mut().insert(bc as usize));
     stats::BLOCKED_NOW.fetch_add(1, Ordering::Relaxed);
     stats::BLOCKED_TOTAL.add(1);
-    let context = Context::new(ctx);
+    let context = Context::new(ctx.as_ptr());
     context.create_timer(
         Duration::from_millis(wait_ms.max(0) as u64),
         unblock,
@@ -123,9 +129,11 @@ extern "C" fn reply_due(
                 .cast::<Due>()
                 .as_ref()
         };
+        // SAFETY: ctx is the reply context of the blocked client.
+        let r = unsafe { Replier::from_raw(ctx) };
         match due {
-            Some(d) => Replier(ctx).ints(d),
-            None => Replier(ctx).error("ERR tb: lost the reservation reply"),
+            Some(d) => r.ints(d),
+            None => r.error("ERR tb: lost the reservation reply"),
         }
     });
     raw::Status::Ok as c_int
