@@ -117,12 +117,13 @@ fn tenants_cannot_touch_each_others_buckets() {
     );
     assert!(r.is_err(), "{r:?}");
 
-    // carol may only read tenant b's keys: every change is refused. (So is
-    // TB.INFO, for now: the module registers every key as read-write, see
-    // README ("Security and limits").)
+    // carol may only read tenant b's keys: every change is refused, and
+    // TB.INFO, which only reads, is allowed.
     let mut carol = s.login("carol", "pc");
     for a in attacks("tenant:b:x") {
-        if a[0] != "TB.INFO" {
+        if a[0] == "TB.INFO" {
+            assert_allowed(&mut carol, &a);
+        } else {
             assert_noperm(&mut carol, &a);
         }
     }
@@ -158,6 +159,50 @@ fn tenants_cannot_touch_each_others_buckets() {
     assert_allowed(&mut carol, &["TB.CONSUME", "tenant:c:1", "10", "5"]);
     let log: Vec<Value> = redis::cmd("ACL").arg("LOG").query(&mut admin).unwrap();
     assert!(!log.is_empty(), "the refusals are in ACL LOG");
+}
+
+#[test]
+fn key_permissions_follow_what_each_command_does_with_the_key() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    for key in ["ro:x", "wo:x"] {
+        assert_allowed(&mut admin, &["TB.CONSUME", key, "0", "5", "2"]);
+    }
+    let cmds = "+tb.consume +tb.mconsume +tb.refund +tb.info +cl.throttle +tb.setstate";
+    setuser(
+        &mut admin,
+        "reader",
+        &format!("on >pr resetkeys %R~ro:* resetchannels -@all {cmds}"),
+    );
+    setuser(
+        &mut admin,
+        "writer",
+        &format!("on >pw resetkeys %W~wo:* resetchannels -@all {cmds}"),
+    );
+    // A read-only key pattern runs the one command that only reads...
+    let mut reader = s.login("reader", "pr");
+    let v = assert_allowed(&mut reader, &["TB.INFO", "ro:x"]);
+    assert_eq!(
+        common::fields(redis::from_redis_value(&v).unwrap())["tokens"],
+        "3"
+    );
+    // ...and none that writes.
+    for a in attacks("ro:x") {
+        if a[0] != "TB.INFO" {
+            assert_noperm(&mut reader, &a);
+        }
+    }
+    // A write-only pattern may overwrite a bucket with TB.SETSTATE, which
+    // reads nothing, but run nothing that reads the bucket: every other
+    // command replies with what the bucket holds.
+    let mut writer = s.login("writer", "pw");
+    for a in attacks("wo:x") {
+        if a[0] == "TB.SETSTATE" {
+            assert_allowed(&mut writer, &a);
+        } else {
+            assert_noperm(&mut writer, &a);
+        }
+    }
 }
 
 #[test]

@@ -541,6 +541,38 @@ fn command_flags_and_key_positions() {
     for flag in ["write", "denyoom", "fast"] {
         assert!(text.contains(flag), "{flag} in {text}");
     }
+    // Each key's flags say what the command does with it (ACL checks read
+    // and write permission from them).
+    let keys_and_flags = |c: &mut redis::Connection, args: &[&str]| -> Vec<(String, Vec<String>)> {
+        redis::cmd("COMMAND")
+            .arg("GETKEYSANDFLAGS")
+            .arg(args)
+            .query(c)
+            .unwrap_or_else(|e| panic!("GETKEYSANDFLAGS {args:?}: {e}"))
+    };
+    let flags = |f: &[&str]| f.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let read = flags(&["RO", "access"]);
+    let update = flags(&["RW", "access", "update"]);
+    for (args, want) in [
+        (&["TB.INFO", "k"][..], vec![("k", &read)]),
+        (&["TB.CONSUME", "k", "1", "2"], vec![("k", &update)]),
+        (&["TB.REFUND", "k", "1"], vec![("k", &update)]),
+        (&["CL.THROTTLE", "k", "1", "1", "1"], vec![("k", &update)]),
+        (
+            &["TB.SETSTATE", "k", "x"],
+            vec![("k", &flags(&["OW", "update"]))],
+        ),
+        (
+            &["TB.MCONSUME", "2", "a", "b", "1", "1", "1", "1", "1", "1"],
+            vec![("a", &update), ("b", &update)],
+        ),
+    ] {
+        let want: Vec<(String, Vec<String>)> = want
+            .into_iter()
+            .map(|(k, f)| (k.to_string(), f.clone()))
+            .collect();
+        assert_eq!(keys_and_flags(&mut c, args), want, "{args:?}");
+    }
     // In MULTI the command sees one clock and replicates effects only.
     let r: Vec<Vec<i64>> = redis::pipe()
         .atomic()

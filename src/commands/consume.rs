@@ -5,7 +5,7 @@
 //! Reply: `[allowed, remaining, retry_after_ms, reset_after_ms, granted]`.
 
 use crate::bucket::{self, Kind, Mode};
-use crate::glue::command::{integer, key, one_of, pure_token, string, Arity, Command};
+use crate::glue::command::{integer, key, one_of, pure_token, string, Access, Arity, Command};
 use crate::glue::command::{Keys, Spec};
 use crate::glue::entry::{Args, CmdResult, Ctx};
 use crate::glue::{blocking, clock, config, stats};
@@ -20,7 +20,7 @@ impl Command for Consume {
         run,
         arity: Arity::AtLeast(4),
         flags: c"write deny-oom fast",
-        keys: Keys::One,
+        keys: Keys::One(Access::Update),
         acl: c"write fast",
         summary: c"Takes n tokens (default 1) from a token bucket refilled at rate up to capacity",
         args: &[

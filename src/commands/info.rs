@@ -5,7 +5,7 @@
 //! `updated_at_ms`, `reset_after_ms`, `ttl_ms`), or nil for a missing key.
 
 use crate::glue::clock;
-use crate::glue::command::{key, Arity, Command, Keys, Spec};
+use crate::glue::command::{key, Access, Arity, Command, Keys, Spec};
 use crate::glue::entry::{Args, CmdResult, Ctx};
 use crate::parse;
 
@@ -18,7 +18,7 @@ impl Command for Info {
         run,
         arity: Arity::Exactly(2),
         flags: c"readonly fast",
-        keys: Keys::One,
+        keys: Keys::One(Access::Read),
         acl: c"read fast",
         summary: c"Shows a bucket's tokens, limits and expiry as of now, without writing",
         args: &[key(c"key")],

@@ -6,7 +6,7 @@
 //! Reply: `[allowed, retry_after_ms, remaining_1, ..., remaining_k]`.
 
 use crate::bucket::{self, Mode, Part};
-use crate::glue::command::{block, integer, key, string, Arity, Command, Keys, Spec};
+use crate::glue::command::{block, integer, key, string, Access, Arity, Command, Keys, Spec};
 use crate::glue::entry::{Args, CmdResult, Ctx};
 use crate::glue::store::{BucketKey, Write};
 use crate::glue::{clock, config, stats};
@@ -21,7 +21,7 @@ impl Command for Mconsume {
         run,
         arity: Arity::AtLeast(6),
         flags: c"write deny-oom getkeys-api",
-        keys: Keys::Counted,
+        keys: Keys::Counted(Access::Update),
         acl: c"write",
         summary: c"Takes tokens from several buckets in one slot, all or nothing",
         args: &[

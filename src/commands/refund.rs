@@ -5,7 +5,7 @@
 //! Reply: the whole tokens remaining, or nil for a missing key.
 
 use crate::bucket;
-use crate::glue::command::{integer, key, Arity, Command, Keys, Spec};
+use crate::glue::command::{integer, key, Access, Arity, Command, Keys, Spec};
 use crate::glue::entry::{Args, CmdResult, Ctx};
 use crate::glue::{clock, stats};
 use crate::parse;
@@ -19,7 +19,7 @@ impl Command for Refund {
         run,
         arity: Arity::Exactly(3),
         flags: c"write deny-oom fast",
-        keys: Keys::One,
+        keys: Keys::One(Access::Update),
         acl: c"write fast",
         summary: c"Gives n tokens back to a bucket, never above its capacity",
         args: &[key(c"key"), integer(c"n")],

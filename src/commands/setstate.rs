@@ -7,7 +7,7 @@
 //! ([`crate::bucket::wire`], recognised by its first byte); the decimal form,
 //! with `expire_at_ms` 0 for no expiry, is accepted too, for people and tools.
 
-use crate::glue::command::{block, integer, key, one_of, string, Arity, Command};
+use crate::glue::command::{block, integer, key, one_of, string, Access, Arity, Command};
 use crate::glue::command::{Keys, Spec};
 use crate::glue::entry::{Args, CmdResult, Ctx};
 use crate::parse;
@@ -21,7 +21,7 @@ impl Command for SetState {
         run,
         arity: Arity::AtLeast(3),
         flags: c"write deny-oom fast",
-        keys: Keys::One,
+        keys: Keys::One(Access::Overwrite),
         acl: c"write fast dangerous",
         summary: c"Internal: sets a bucket's absolute state (what replicas and the AOF receive)",
         args: &[

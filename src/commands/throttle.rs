@@ -6,7 +6,7 @@
 //! allowed or never), reset_after_s]`, seconds rounded up.
 
 use crate::bucket::{self, Mode};
-use crate::glue::command::{integer, key, Arity, Command, Keys, Spec};
+use crate::glue::command::{integer, key, Access, Arity, Command, Keys, Spec};
 use crate::glue::entry::{Args, CmdResult, Ctx};
 use crate::glue::{clock, stats};
 use crate::parse;
@@ -20,7 +20,7 @@ impl Command for Throttle {
         run,
         arity: Arity::Between(5, 6),
         flags: c"write deny-oom fast",
-        keys: Keys::One,
+        keys: Keys::One(Access::Update),
         acl: c"write fast",
         summary: c"redis-cell compatible throttle: count per period with a burst of max_burst + 1",
         args: &[

@@ -54,17 +54,44 @@ impl Arity {
     }
 }
 
+/// What a command does with its keys, as ACL and `COMMAND INFO` see it.
+#[derive(Clone, Copy, Debug)]
+pub enum Access {
+    /// Reads the bucket, changes nothing (`%R~` patterns allow it).
+    Read,
+    /// Reads the bucket and may change or delete it (read and write
+    /// permission).
+    Update,
+    /// Replaces the bucket without reading it (write permission).
+    Overwrite,
+}
+
+impl Access {
+    /// The `REDISMODULE_CMD_KEY_*` flags.
+    fn flags(self) -> u64 {
+        u64::from(match self {
+            Access::Read => raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+            Access::Update => {
+                raw::REDISMODULE_CMD_KEY_RW
+                    | raw::REDISMODULE_CMD_KEY_ACCESS
+                    | raw::REDISMODULE_CMD_KEY_UPDATE
+            }
+            Access::Overwrite => raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE,
+        })
+    }
+}
+
 /// Where a command's keys are.
 #[derive(Clone, Copy, Debug)]
 pub enum Keys {
     /// No key.
     None,
     /// One key, argument 1.
-    One,
+    One(Access),
     /// `numkeys` at argument 1, then that many keys. The command also
     /// carries the `getkeys-api` flag: the glue answers Redis' key position
     /// requests from `numkeys` wherever the key spec cannot be used.
-    Counted,
+    Counted(Access),
 }
 
 /// One command: everything Redis is told about it, and its handler.
@@ -153,8 +180,8 @@ fn dispatch(
     // SAFETY: Redis passes the live context and `argc` live arguments of
     // this call; neither wrapper outlives this function.
     let (ctx, args) = unsafe { (Ctx::new(ptr), Args::new(argv, argc)) };
-    if let Keys::Counted = spec.keys {
-        if key_positions(&ctx, &args) {
+    if let Keys::Counted(access) = spec.keys {
+        if key_positions(&ctx, &args, access) {
             return raw::Status::Ok as c_int;
         }
     }
@@ -182,7 +209,7 @@ fn dispatch(
 /// ACL) for a [`Keys::Counted`] command, when the key spec cannot: the
 /// arguments 2 to 1 + numkeys that exist. Returns true if this call was
 /// such a request.
-fn key_positions(ctx: &Ctx<'_>, args: &Args<'_>) -> bool {
+fn key_positions(ctx: &Ctx<'_>, args: &Args<'_>, access: Access) -> bool {
     // SAFETY: the API pointers are set by RedisModule_Init; ctx is live.
     unsafe {
         if raw::RedisModule_IsKeysPositionRequest.unwrap()(ctx.as_ptr()) == 0 {
@@ -194,7 +221,10 @@ fn key_positions(ctx: &Ctx<'_>, args: &Args<'_>) -> bool {
             0
         };
         for pos in 2..(2 + k).min(args.len()) {
-            raw::RedisModule_KeyAtPos.unwrap()(ctx.as_ptr(), pos as c_int);
+            match raw::RedisModule_KeyAtPosWithFlags {
+                Some(with_flags) => with_flags(ctx.as_ptr(), pos as c_int, access.flags() as c_int),
+                None => raw::RedisModule_KeyAtPos.unwrap()(ctx.as_ptr(), pos as c_int),
+            }
         }
     }
     true
@@ -213,8 +243,8 @@ fn register(ctx: &Context, r: &Registration) -> Result<(), String> {
     let flags = s.flags.to_string_lossy();
     let (first, last, step) = match s.keys {
         Keys::None => (0, 0, 0),
-        Keys::One => (1, 1, 1),
-        Keys::Counted => {
+        Keys::One(_) => (1, 1, 1),
+        Keys::Counted(_) => {
             if !flags.split(' ').any(|f| f == "getkeys-api") {
                 return Err(format!(
                     "{:?} counts its keys: it needs getkeys-api",
@@ -253,7 +283,8 @@ fn register(ctx: &Context, r: &Registration) -> Result<(), String> {
     }
     if let Err(e) = set_info(ctx, s) {
         ctx.log_warning(&format!(
-            "tb: COMMAND DOCS for {:?} unavailable ({e}); the command works without them",
+            "tb: key specs and COMMAND DOCS for {:?} unavailable ({e}); the command \
+             still works, with every key read-write to ACL",
             s.name
         ));
     }
@@ -272,8 +303,9 @@ const INFO_VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommand
     sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
 };
 
-/// Attaches the arity and the documentation (Redis 7.0+). A failure only
-/// loses `COMMAND DOCS`.
+/// Attaches the arity, the key specs and the documentation (Redis 7.0+).
+/// A failure leaves the key range given to CreateCommand, every key
+/// read-write, and no `COMMAND DOCS`.
 fn set_info(ctx: &Context, s: &Spec) -> Result<(), &'static str> {
     // SAFETY: the API pointers are set by RedisModule_Init and only read,
     // on the main thread.
@@ -283,6 +315,7 @@ fn set_info(ctx: &Context, s: &Spec) -> Result<(), &'static str> {
     };
     // Owns every argument array until Redis has copied them.
     let mut arrays = Vec::new();
+    let mut key_specs = key_specs(s.keys);
     let info = raw::RedisModuleCommandInfo {
         version: &INFO_VERSION,
         summary: s.summary.as_ptr(),
@@ -291,7 +324,10 @@ fn set_info(ctx: &Context, s: &Spec) -> Result<(), &'static str> {
         history: ptr::null_mut(),
         tips: ptr::null(),
         arity: s.arity.redis(),
-        key_specs: ptr::null_mut(),
+        key_specs: match s.keys {
+            Keys::None => ptr::null_mut(),
+            _ => key_specs.as_mut_ptr(),
+        },
         args: raw_args(s.args, &mut arrays),
     };
     // SAFETY: ctx is the OnLoad context and the command was just created;
@@ -309,6 +345,34 @@ fn set_info(ctx: &Context, s: &Spec) -> Result<(), &'static str> {
     } else {
         Err("RedisModule_SetCommandInfo refused the info (see the log line above)")
     }
+}
+
+/// The key spec of `keys` and the all-zero terminator Redis expects.
+fn key_specs(keys: Keys) -> [raw::RedisModuleCommandKeySpec; 2] {
+    // SAFETY: an all-zero key spec (null notes, zero flags, begin search
+    // INVALID) is valid and is the array terminator.
+    let mut specs: [raw::RedisModuleCommandKeySpec; 2] = unsafe { std::mem::zeroed() };
+    let (access, keynum) = match keys {
+        Keys::None => return specs,
+        Keys::One(a) => (a, false),
+        Keys::Counted(a) => (a, true),
+    };
+    let spec = &mut specs[0];
+    spec.flags = access.flags();
+    spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+    spec.bs.index.pos = 1;
+    if keynum {
+        spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
+        spec.fk.keynum.keynumidx = 0;
+        spec.fk.keynum.firstkey = 1;
+        spec.fk.keynum.keystep = 1;
+    } else {
+        spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+        spec.fk.range.lastkey = 0;
+        spec.fk.range.keystep = 1;
+        spec.fk.range.limit = 0;
+    }
+    specs
 }
 
 /// One argument as `COMMAND DOCS` describes it.
