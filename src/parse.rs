@@ -234,6 +234,12 @@ pub fn consume_options<'a>(
     Ok(o)
 }
 
+/// The error for a RESERVE or BLOCK wait above the `max-wait-ms` setting,
+/// naming the setting's current value: `ERR wait exceeds tb.max-wait-ms (N)`.
+pub fn err_wait_exceeds(max_wait_ms: u64) -> String {
+    format!("ERR wait exceeds tb.max-wait-ms ({max_wait_ms})")
+}
+
 /// Error for a bad RESERVE/BLOCK wait.
 pub const ERR_WAIT: ParseError =
     "ERR RESERVE and BLOCK take a wait in milliseconds, an integer from 0 to 86400000";

@@ -391,7 +391,7 @@ fn bad_input_is_rejected_and_changes_nothing() {
         ),
         (
             vec![b"TB.CONSUME", b"b", b"1", b"5", b"RESERVE", b"60001"],
-            "exceeds tb.max-wait-ms",
+            "ERR wait exceeds tb.max-wait-ms (60000)",
         ),
         (
             vec![b"TB.CONSUME", b"b", b"1", b"5", b"ATMOST", b"BLOCK", b"5"],

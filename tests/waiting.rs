@@ -7,7 +7,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
-    dataset_digest, err, info_tb, ints, replica_of, resp, state, sync_replica, Server, ServerConfig,
+    config_set, dataset_digest, err, info_tb, ints, replica_of, resp, state, sync_replica, Server,
+    ServerConfig,
 };
 use redis::{Connection, Value};
 
@@ -217,6 +218,30 @@ fn block_past_max_blocked_answers_like_reserve() {
         "the caller waits itself: {r:?}"
     );
     assert_eq!(first.join().unwrap().0[0], 1);
+}
+
+#[test]
+fn a_wait_above_max_wait_ms_is_refused_naming_the_setting() {
+    let s = Server::start();
+    let mut c = s.conn();
+    config_set(&mut c, "tb.max-wait-ms", "5000");
+    let want = "ERR wait exceeds tb.max-wait-ms (5000)";
+    for args in [
+        &["TB.CONSUME", "w", "1", "1", "1", "BLOCK", "5001"][..],
+        &["TB.CONSUME", "w", "1", "1", "1", "RESERVE", "5001"],
+        &["TB.MCONSUME", "1", "w", "1", "1", "1", "RESERVE", "5001"],
+    ] {
+        assert_eq!(err(&mut c, args), want, "{args:?}");
+    }
+    assert!(
+        common::info(&mut c, "w").is_none(),
+        "the refusals created nothing"
+    );
+    let r = ints(
+        &mut c,
+        &["TB.CONSUME", "w", "1", "1", "1", "RESERVE", "5000"],
+    );
+    assert_eq!(r[0], 1, "a wait of exactly the setting is accepted");
 }
 
 #[test]

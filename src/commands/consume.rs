@@ -7,7 +7,7 @@
 use crate::bucket::{self, Kind, Mode};
 use crate::glue::command::{integer, key, one_of, pure_token, string, Access, Arity, Command};
 use crate::glue::command::{Keys, Spec};
-use crate::glue::entry::{Args, CmdResult, Ctx};
+use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
 use crate::glue::{blocking, clock, config, stats};
 use crate::parse::{self, Wait};
 
@@ -41,7 +41,6 @@ impl Command for Consume {
     };
 }
 
-const ERR_TOO_LONG: &str = "ERR wait exceeds tb.max-wait-ms";
 const ERR_CANNOT_BLOCK: &str =
     "ERR BLOCK cannot wait inside MULTI, a script, or on a client that cannot block: use RESERVE and wait on the client";
 
@@ -52,8 +51,9 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         Wait::No if opts.atmost => Mode::AtMost,
         Wait::No => Mode::All,
         Wait::Reserve(ms) | Wait::Block(ms) => {
-            if ms > config::max_wait_ms() {
-                return Err(ERR_TOO_LONG.into());
+            let max = config::max_wait_ms();
+            if ms > max {
+                return Err(CmdError::Owned(parse::err_wait_exceeds(max)));
             }
             Mode::Reserve {
                 max_wait_us: ms * 1000,

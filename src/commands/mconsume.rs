@@ -7,7 +7,7 @@
 
 use crate::bucket::{self, Mode, Part};
 use crate::glue::command::{block, integer, key, string, Access, Arity, Command, Keys, Spec};
-use crate::glue::entry::{Args, CmdResult, Ctx};
+use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
 use crate::glue::store::{BucketKey, Write};
 use crate::glue::{clock, config, stats};
 use crate::parse;
@@ -39,11 +39,10 @@ impl Command for Mconsume {
 
 fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let a = parse::mconsume_args(args)?;
+    let max = config::max_wait_ms();
     let mode = match a.reserve_ms {
         None => Mode::All,
-        Some(ms) if ms > config::max_wait_ms() => {
-            return Err("ERR wait exceeds tb.max-wait-ms".into())
-        }
+        Some(ms) if ms > max => return Err(CmdError::Owned(parse::err_wait_exceeds(max))),
         Some(ms) => Mode::Reserve {
             max_wait_us: ms * 1000,
         },

@@ -46,10 +46,18 @@ pub fn error_of(c: &mut dyn ConnectionLike, cmd: &redis::Cmd) -> RedisError {
     }
 }
 
-/// The error text `args` must get (arguments as any bytes).
+/// An error as the server sent it: `CODE message`.
+pub fn error_line(e: &RedisError) -> String {
+    match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        _ => e.to_string(),
+    }
+}
+
+/// The error line `args` must get (arguments as any bytes).
 pub fn err<A: ToRedisArgs + std::fmt::Debug>(c: &mut dyn ConnectionLike, args: &[A]) -> String {
     match call(c, args) {
-        Err(e) => e.to_string(),
+        Err(e) => error_line(&e),
         Ok(v) => panic!("{args:?}: expected an error, got {v:?}"),
     }
 }
