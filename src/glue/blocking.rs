@@ -1,22 +1,34 @@
 //! Server-side waiting for `TB.CONSUME ... BLOCK ms`.
 //!
 //! The tokens are reserved (taken into debt, and replicated) by the command
-//! itself, before the client blocks; blocking only delays the reply. So the
-//! reply callback never writes or replicates, which keeps clear of the Redis
-//! 7.0.15 crash with writes in blocked-client callbacks, and FIFO order is the
-//! order of the reservations. A timer unblocks the client when its
-//! reservation is due; other clients are never delayed. A client that
-//! disconnects while waiting (or that Redis unblocks, as when a master turns
-//! replica) keeps its reservation: the tokens stay taken; it stops counting
-//! as blocked at once.
+//! itself, before the client blocks; blocking only delays the reply. So no
+//! callback here ever writes or replicates, which keeps clear of the Redis
+//! 7.0.15 crash with writes in blocked-client callbacks, and FIFO order is
+//! the order of the reservations. A timer unblocks the client when its
+//! reservation is due; other clients are never delayed.
+//!
+//! Every waiter is in [`WAITING`] from the moment it blocks until its
+//! blocked-client handle goes back to Redis (`RedisModule_UnblockClient`),
+//! whichever way it ends:
+//! - its timer fires: it is unblocked with its reply;
+//! - it disconnects or is killed (`CLIENT KILL`), or Redis unblocks it
+//!   with an error (`CLIENT UNBLOCK ... ERROR`, a master turning replica):
+//!   the disconnect callback stops its timer and hands the handle back at
+//!   once, so an abandoned waiter holds nothing (a handle carries two
+//!   reply buffers, about 35 KB on Redis 7.0);
+//! - `CLIENT UNBLOCK` (timeout): it gets at once the answer RESERVE would
+//!   give (granted, with the wait still to go), and the handle goes back.
+//!
+//! So [`WAITING`] holds exactly the handles the module keeps, and
+//! `tb.max-blocked` bounds them. The reservation stands in every case: the
+//! tokens stay taken (the server cannot know whether the client went on).
 
 use std::cell::RefCell;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
-use redis_module::{raw, Context};
+use redis_module::raw;
 
 use super::entry::{guard, Ctx};
 use super::reply::Replier;
@@ -24,6 +36,9 @@ use super::{config, stats};
 
 /// The reply a blocked client gets when its reservation is due.
 type Due = [i64; 5];
+
+/// A blocked client's handle, as Redis gives it.
+type Handle = *mut raw::RedisModuleBlockedClient;
 
 /// Whether the calling context may block (not inside MULTI, a script, or a
 /// client that cannot block).
@@ -36,21 +51,41 @@ pub fn can_block(ctx: &Ctx<'_>) -> bool {
     flags & deny == 0
 }
 
-thread_local! {
-    /// Blocked clients still waiting for their timer, by handle address.
-    /// Only the main thread blocks and unblocks clients. A handle stays
-    /// allocated until `unblock` hands it back to Redis, so an address cannot
-    /// be reused while it is in this set.
-    static WAITING: RefCell<HashSet<usize>> = RefCell::new(HashSet::new());
+/// A client waiting for its timer.
+struct Waiter {
+    /// The timer that unblocks it.
+    timer: raw::RedisModuleTimerID,
+    /// Its reply when the timer fires.
+    due: Due,
 }
 
-/// Stops counting `bc` as blocked; returns false if it was not counted.
-fn release(bc: *mut raw::RedisModuleBlockedClient) -> bool {
-    let released = WAITING.with(|w| w.borrow_mut().remove(&(bc as usize)));
-    if released {
-        stats::BLOCKED_NOW.fetch_sub(1, Ordering::Relaxed);
-    }
-    released
+thread_local! {
+    /// Every waiter whose handle the module still holds, by handle address.
+    /// Only the main thread blocks and unblocks clients. A handle stays
+    /// allocated until it is handed back with RedisModule_UnblockClient
+    /// (which removes it from here first), so an address cannot be reused
+    /// while it is a key here.
+    static WAITING: RefCell<HashMap<usize, Waiter>> = RefCell::new(HashMap::new());
+}
+
+/// Adds a waiter; keeps `tb_blocked_now` equal to the number of waiters.
+fn insert(bc: Handle, w: Waiter) {
+    WAITING.with(|all| {
+        let mut all = all.borrow_mut();
+        all.insert(bc as usize, w);
+        stats::BLOCKED_NOW.store(all.len() as i64, Ordering::Relaxed);
+    })
+}
+
+/// Takes `bc` out of the waiters; `None` if its handle was already handed
+/// back (the caller then must not touch it).
+fn remove(bc: Handle) -> Option<Waiter> {
+    WAITING.with(|all| {
+        let mut all = all.borrow_mut();
+        let w = all.remove(&(bc as usize));
+        stats::BLOCKED_NOW.store(all.len() as i64, Ordering::Relaxed);
+        w
+    })
 }
 
 /// Whether another client may block now (`max-blocked`).
@@ -62,12 +97,13 @@ pub fn has_room() -> bool {
 /// if Redis refused to block the client (the caller then replies itself).
 pub fn block_for(ctx: &Ctx<'_>, wait_ms: i64, due: Due) -> bool {
     // SAFETY: ctx is the live context of the current command; the callbacks
-    // match the signatures Redis expects; no timeout (the timer unblocks).
+    // match the signatures Redis expects; no timeout of Redis' own (the
+    // timer unblocks), but a timeout callback, which CLIENT UNBLOCK uses.
     let bc = unsafe {
         raw::RedisModule_BlockClient.unwrap()(
             ctx.as_ptr(),
             Some(reply_due),
-            None,
+            Some(unblocked_early),
             Some(free_due),
             0,
         )
@@ -75,44 +111,118 @@ pub fn block_for(ctx: &Ctx<'_>, wait_ms: i64, due: Due) -> bool {
     if bc.is_null() {
         return false;
     }
-    // SAFETY: bc is the handle just returned by RedisModule_BlockClient.
-    unsafe { raw::RedisModule_SetDisconnectCallback.unwrap()(bc, Some(disconnected)) };
-    WAITING.with(|w| w.borrow_mut().insert(bc as usize));
-    stats::BLOCKED_NOW.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: bc is the handle just returned; the timer's data is the
+    // handle's address, looked up in WAITING when it fires.
+    let timer = unsafe {
+        raw::RedisModule_SetDisconnectCallback.unwrap()(bc, Some(disconnected));
+        raw::RedisModule_CreateTimer.unwrap()(
+            ctx.as_ptr(),
+            wait_ms.max(0),
+            Some(timer_fired),
+            bc.cast(),
+        )
+    };
+    insert(bc, Waiter { timer, due });
     stats::BLOCKED_TOTAL.add(1);
-    let context = Context::new(ctx.as_ptr());
-    context.create_timer(
-        Duration::from_millis(wait_ms.max(0) as u64),
-        unblock,
-        Waiter { bc, due },
-    );
     true
 }
 
-/// A blocked client waiting for its timer.
-struct Waiter {
-    bc: *mut raw::RedisModuleBlockedClient,
-    due: Due,
+/// Hands `bc` back to Redis with `reply` (or none); Redis frees the handle
+/// before the event loop next sleeps, after replying if the client is still
+/// there.
+fn hand_back(bc: Handle, reply: Option<Due>) {
+    let privdata = reply.map_or(std::ptr::null_mut(), |d| Box::into_raw(Box::new(d)));
+    // SAFETY: bc came from RedisModule_BlockClient and was in WAITING, from
+    // which every caller removed it: it is handed back exactly once. Redis
+    // passes privdata to reply_due (if the client is still there) and then
+    // to free_due.
+    unsafe { raw::RedisModule_UnblockClient.unwrap()(bc, privdata.cast()) };
 }
 
-fn unblock(_ctx: &Context, w: Waiter) {
+/// The timer of a waiter fired: its reservation is due.
+extern "C" fn timer_fired(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     guard((), || {
-        let privdata = Box::into_raw(Box::new(w.due));
-        release(w.bc);
-        // SAFETY: bc came from RedisModule_BlockClient and is unblocked exactly
-        // once, here; Redis passes privdata to reply_due and then free_due,
-        // even if the client disconnected meanwhile.
-        unsafe { raw::RedisModule_UnblockClient.unwrap()(w.bc, privdata.cast()) };
+        let bc: Handle = data.cast();
+        if let Some(w) = remove(bc) {
+            hand_back(bc, Some(w.due));
+        }
     })
 }
 
-/// Redis released the client before its reservation was due (it
-/// disconnected, or was unblocked by a role change). The timer still calls
-/// `unblock` later, as Redis requires.
-extern "C" fn disconnected(_ctx: *mut raw::RedisModuleCtx, bc: *mut raw::RedisModuleBlockedClient) {
+/// Redis released the client before its reservation was due: it
+/// disconnected, was killed, or was unblocked with an error. Its timer is
+/// stopped and its handle handed back now.
+extern "C" fn disconnected(ctx: *mut raw::RedisModuleCtx, bc: Handle) {
     guard((), || {
-        release(bc);
+        if let Some(w) = remove(bc) {
+            // SAFETY: ctx is this module's callback context; the timer is
+            // this module's and has not fired (it would have removed bc).
+            unsafe { raw::RedisModule_StopTimer.unwrap()(ctx, w.timer, std::ptr::null_mut()) };
+            hand_back(bc, None);
+        }
     })
+}
+
+/// `CLIENT UNBLOCK` (without ERROR) ended the wait early: the client gets
+/// what RESERVE would have answered (granted, with the wait still to go),
+/// and the handle goes back.
+extern "C" fn unblocked_early(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    guard((), || {
+        // SAFETY: ctx is the timeout context of a client blocked by
+        // `block_for`: it has the handle and a client to reply to.
+        let (bc, r) = unsafe {
+            (
+                raw::RedisModule_GetBlockedClientHandle.unwrap()(ctx),
+                Replier::from_raw(ctx),
+            )
+        };
+        match remove(bc) {
+            Some(w) => {
+                let mut left_ms: u64 = 0;
+                // SAFETY: the timer is this module's and has not fired.
+                unsafe {
+                    raw::RedisModule_GetTimerInfo.unwrap()(
+                        ctx,
+                        w.timer,
+                        &mut left_ms,
+                        std::ptr::null_mut(),
+                    );
+                    raw::RedisModule_StopTimer.unwrap()(ctx, w.timer, std::ptr::null_mut());
+                }
+                let left = left_ms.min(i64::MAX as u64) as i64;
+                let [allowed, remaining, _, reset, granted] = w.due;
+                r.ints(&[allowed, remaining, left, reset + left, granted]);
+                hand_back(bc, None);
+            }
+            // The timer fired in this same event-loop turn: the handle went
+            // back with its reply, which Redis now passes here.
+            None => reply_from_privdata(ctx),
+        }
+    });
+    raw::Status::Ok as c_int
+}
+
+/// Replies the [`Due`] attached to a handed-back handle.
+fn reply_from_privdata(ctx: *mut raw::RedisModuleCtx) {
+    // SAFETY: ctx is a reply or timeout context of a client blocked by
+    // `block_for`; its private data is the Due set by `hand_back` (or
+    // NULL), alive until free_due runs after this callback.
+    let (due, r) = unsafe {
+        (
+            raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx)
+                .cast::<Due>()
+                .as_ref(),
+            Replier::from_raw(ctx),
+        )
+    };
+    match due {
+        Some(d) => r.ints(d),
+        None => r.error("ERR tb: lost the reservation reply"),
+    }
 }
 
 extern "C" fn reply_due(
@@ -120,29 +230,14 @@ extern "C" fn reply_due(
     _argv: *mut *mut raw::RedisModuleString,
     _argc: c_int,
 ) -> c_int {
-    guard((), || {
-        // SAFETY: ctx is the reply context of a client blocked by `block_for`;
-        // its private data is the Due set by `unblock` (or NULL), alive until
-        // free_due runs after this callback.
-        let due = unsafe {
-            raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx)
-                .cast::<Due>()
-                .as_ref()
-        };
-        // SAFETY: ctx is the reply context of the blocked client.
-        let r = unsafe { Replier::from_raw(ctx) };
-        match due {
-            Some(d) => r.ints(d),
-            None => r.error("ERR tb: lost the reservation reply"),
-        }
-    });
+    guard((), || reply_from_privdata(ctx));
     raw::Status::Ok as c_int
 }
 
 extern "C" fn free_due(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {
     guard((), || {
         if !privdata.is_null() {
-            // SAFETY: privdata is the Box<Due> leaked in `unblock`, freed once.
+            // SAFETY: privdata is the Box<Due> leaked in `hand_back`, freed once.
             drop(unsafe { Box::from_raw(privdata.cast::<Due>()) });
         }
     })
