@@ -10,8 +10,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
-    blocked_now, commandstats, consume, err, error_line, info_tb, ints, resp, tb_config_set,
-    used_memory, Server,
+    answer, blocked_now, commandstats, consume, err, error_line, info_tb, ints, resp,
+    tb_config_set, used_memory, Server,
 };
 use redis::Connection;
 
@@ -81,25 +81,7 @@ fn mconsume_checks_for_duplicate_keys_in_linear_time() {
 /// A connection waiting in `TB.CONSUME key rate 1 1 BLOCK 60000` (sent, not
 /// yet answered), and its client id.
 fn waiter(s: &Server, key: &str, rate: &str) -> (Connection, i64) {
-    let mut c = s.conn();
-    let id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut c).unwrap();
-    let block = redis::cmd("TB.CONSUME")
-        .arg(key)
-        .arg(rate)
-        .arg(1)
-        .arg(1)
-        .arg("BLOCK")
-        .arg(60_000)
-        .get_packed_command();
-    c.send_packed_command(&block).unwrap();
-    (c, id)
-}
-
-/// The reply a [`waiter`] gets.
-fn answer(c: &mut Connection) -> redis::RedisResult<Vec<i64>> {
-    c.recv_response()
-        .and_then(|v| v.extract_error())
-        .and_then(|v| redis::from_redis_value(&v))
+    s.send(&["TB.CONSUME", key, rate, "1", "1", "BLOCK", "60000"])
 }
 
 #[test]

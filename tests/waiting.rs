@@ -7,8 +7,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
-    config_set, dataset_digest, err, info_tb, ints, replica_of, resp, state, sync_replica, Server,
-    ServerConfig,
+    answer, config_set, dataset_digest, err, info_tb, ints, replica_of, resp, state, sync_replica,
+    Server, ServerConfig,
 };
 use redis::{Connection, Value};
 
@@ -167,6 +167,63 @@ fn block_holds_the_reply_until_due_in_fifo_order_without_delaying_others() {
     let stats = info_tb(&mut c);
     assert_eq!(stats["tb_blocked_now"], 0);
     assert_eq!(stats["tb_blocked_total"], 8);
+}
+
+#[test]
+fn a_block_reply_describes_the_bucket_when_it_is_sent() {
+    let s = Server::start();
+    let mut c = s.conn();
+    // 10 tokens/s, capacity 10, emptied: the waiter's one token is due in
+    // 100 ms.
+    assert_eq!(ints(&mut c, &["TB.CONSUME", "r", "10", "10", "10"])[0], 1);
+    let (mut w, _) = s.send(&["TB.CONSUME", "r", "10", "10", "1", "BLOCK", "5000"]);
+    s.wait_for("the waiter to block", Duration::from_secs(10), |c| {
+        info_tb(c)["tb_blocked_now"] == 1
+    });
+    // Meanwhile another client reserves ten tokens behind it: the bucket
+    // is full again a second later than when the waiter blocked.
+    let r = ints(
+        &mut c,
+        &["TB.CONSUME", "r", "10", "10", "10", "RESERVE", "5000"],
+    );
+    assert_eq!((r[0], r[4]), (1, 10), "{r:?}");
+    let reply = answer(&mut w).unwrap();
+    let answered = Instant::now();
+    let reset_now: i64 = state(&mut c, "r")["reset_after_ms"].parse().unwrap();
+    let between = answered.elapsed().as_millis() as i64 + 1;
+    assert_eq!(
+        (reply[0], reply[1], reply[2], reply[4]),
+        (1, 0, 0, 1),
+        "{reply:?}"
+    );
+    // reset_after_ms as of the reply: the debt of both reservations, not
+    // only the waiter's own (that would be about 1000 ms less).
+    assert!(
+        reply[3] >= reset_now && reply[3] <= reset_now + between,
+        "reset_after_ms {} in the reply, {reset_now} just after ({between} ms later)",
+        reply[3]
+    );
+}
+
+#[test]
+fn a_block_reply_reads_the_waiters_own_database() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let mut w = s.conn();
+    for conn in [&mut c, &mut w] {
+        let _: () = redis::cmd("SELECT").arg(2).query(conn).unwrap();
+    }
+    assert_eq!(ints(&mut c, &["TB.CONSUME", "d", "10", "10", "10"])[0], 1);
+    let block = redis::cmd("TB.CONSUME")
+        .arg(&["d", "10", "10", "1", "BLOCK", "5000"])
+        .get_packed_command();
+    w.send_packed_command(&block).unwrap();
+    let reply = answer(&mut w).unwrap();
+    // In database 2 the bucket is empty when the token falls due, and full
+    // again about a second later; database 0 has no such bucket (a full
+    // one: 10 remaining, full now).
+    assert_eq!((reply[0], reply[1], reply[4]), (1, 0, 1), "{reply:?}");
+    assert!(reply[3] > 500, "{reply:?}");
 }
 
 #[test]

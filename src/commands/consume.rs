@@ -79,17 +79,12 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         o.reset_after_ms,
         o.granted as i64,
     ];
-    if block && o.kind == Kind::Reserved && blocking::has_room() {
-        let due = [
-            1,
-            0,
-            0,
-            (o.reset_after_ms - o.retry_after_ms).max(0),
-            o.granted as i64,
-        ];
-        if blocking::block_for(ctx, o.retry_after_ms, due) {
-            return Ok(());
-        }
+    if block
+        && o.kind == Kind::Reserved
+        && blocking::has_room()
+        && blocking::block_for(ctx, o.retry_after_ms, args.key(1), a.limits, o.granted)
+    {
+        return Ok(());
     }
     ctx.reply().ints(&reply);
     Ok(())

@@ -26,15 +26,18 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
+use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 
 use redis_module::raw;
 
-use super::entry::{guard, Ctx};
+use super::entry::{guard, Ctx, KeyName};
 use super::reply::Replier;
-use super::{config, stats};
+use super::{clock, config, stats};
+use crate::bucket::{Bucket, Limits};
 
-/// The reply a blocked client gets when its reservation is due.
+/// The reply a blocked client gets: `[allowed, remaining, retry_after_ms,
+/// reset_after_ms, granted]`, as TB.CONSUME answers.
 type Due = [i64; 5];
 
 /// A blocked client's handle, as Redis gives it.
@@ -55,8 +58,50 @@ pub fn can_block(ctx: &Ctx<'_>) -> bool {
 struct Waiter {
     /// The timer that unblocks it.
     timer: raw::RedisModuleTimerID,
-    /// Its reply when the timer fires.
-    due: Due,
+    /// The bucket's key (a reference the waiter holds, released on drop)
+    /// and database: its reply describes the bucket as it is when sent.
+    key: NonNull<raw::RedisModuleString>,
+    db: c_int,
+    /// The limits it asked for: a missing key is a full bucket of these.
+    limits: Limits,
+    /// Tokens it reserved.
+    granted: u64,
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        // SAFETY: `block_for` took one reference to the key; this gives it
+        // back, once.
+        unsafe { raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), self.key.as_ptr()) };
+    }
+}
+
+impl Waiter {
+    /// The reply as of now: granted, `retry_after_ms` = `left_ms`, and the
+    /// bucket's tokens and time until full read now (a read, never a
+    /// write: reservations made while it waited count).
+    fn reply(&self, ctx: NonNull<raw::RedisModuleCtx>, left_ms: i64) -> Due {
+        // SAFETY: ctx is the live context of the callback running this, on
+        // the waiter's database; the key is held until self is dropped.
+        let (ctx, key) = unsafe { (Ctx::new(ctx), KeyName::from_raw(self.key)) };
+        let now = clock::now_us();
+        // A key that holds something else now holds no bucket either.
+        let stored = ctx.read_bucket(key).ok().and_then(|k| k.stored());
+        let b = match stored {
+            Some(mut b) => {
+                b.settle(now);
+                b
+            }
+            None => Bucket::full(self.limits, now),
+        };
+        [
+            1,
+            b.whole_tokens() as i64,
+            left_ms,
+            b.reset_after_ms(),
+            self.granted as i64,
+        ]
+    }
 }
 
 thread_local! {
@@ -93,9 +138,17 @@ pub fn has_room() -> bool {
     stats::BLOCKED_NOW.load(Ordering::Relaxed) < config::max_blocked()
 }
 
-/// Blocks the calling client for `wait_ms`, then replies `due`. Returns false
-/// if Redis refused to block the client (the caller then replies itself).
-pub fn block_for(ctx: &Ctx<'_>, wait_ms: i64, due: Due) -> bool {
+/// Blocks the calling client for `wait_ms`, until its reservation of
+/// `granted` tokens from the bucket under `key` (with `limits`) is due.
+/// Returns false if Redis refused to block the client (the caller then
+/// replies itself).
+pub fn block_for(
+    ctx: &Ctx<'_>,
+    wait_ms: i64,
+    key: KeyName<'_>,
+    limits: Limits,
+    granted: u64,
+) -> bool {
     // SAFETY: ctx is the live context of the current command; the callbacks
     // match the signatures Redis expects; no timeout of Redis' own (the
     // timer unblocks), but a timeout callback, which CLIENT UNBLOCK uses.
@@ -122,7 +175,25 @@ pub fn block_for(ctx: &Ctx<'_>, wait_ms: i64, due: Due) -> bool {
             bc.cast(),
         )
     };
-    insert(bc, Waiter { timer, due });
+    // SAFETY: ctx is live; the key string is live for this call, and the
+    // reference taken here keeps it alive until the Waiter is dropped.
+    let (db, key) = unsafe {
+        raw::RedisModule_RetainString.unwrap()(std::ptr::null_mut(), key.as_ptr());
+        (
+            raw::RedisModule_GetSelectedDb.unwrap()(ctx.as_ptr()),
+            NonNull::new_unchecked(key.as_ptr()),
+        )
+    };
+    insert(
+        bc,
+        Waiter {
+            timer,
+            key,
+            db,
+            limits,
+            granted,
+        },
+    );
     stats::BLOCKED_TOTAL.add(1);
     true
 }
@@ -140,12 +211,15 @@ fn hand_back(bc: Handle, reply: Option<Due>) {
 }
 
 /// The timer of a waiter fired: its reservation is due.
-extern "C" fn timer_fired(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+extern "C" fn timer_fired(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     guard((), || {
         let bc: Handle = data.cast();
-        if let Some(w) = remove(bc) {
-            hand_back(bc, Some(w.due));
-        }
+        let (Some(w), Some(ctx)) = (remove(bc), NonNull::new(ctx)) else {
+            return;
+        };
+        // SAFETY: ctx is this timer's context, which may select any db.
+        unsafe { raw::RedisModule_SelectDb.unwrap()(ctx.as_ptr(), w.db) };
+        hand_back(bc, Some(w.reply(ctx, 0)));
     })
 }
 
@@ -194,8 +268,10 @@ extern "C" fn unblocked_early(
                     raw::RedisModule_StopTimer.unwrap()(ctx, w.timer, std::ptr::null_mut());
                 }
                 let left = left_ms.min(i64::MAX as u64) as i64;
-                let [allowed, remaining, _, reset, granted] = w.due;
-                r.ints(&[allowed, remaining, left, reset + left, granted]);
+                // The timeout context is the waiter's: on its database.
+                if let Some(ctx) = NonNull::new(ctx) {
+                    r.ints(&w.reply(ctx, left));
+                }
                 hand_back(bc, None);
             }
             // The timer fired in this same event-loop turn: the handle went

@@ -56,6 +56,17 @@ pub struct KeyName<'a> {
 }
 
 impl KeyName<'_> {
+    /// A key name held by the glue beyond a call (see `blocking`).
+    ///
+    /// # Safety
+    /// `ptr` must stay a live string for the lifetime of the result.
+    pub(super) unsafe fn from_raw(ptr: NonNull<raw::RedisModuleString>) -> Self {
+        KeyName {
+            ptr,
+            _call: PhantomData,
+        }
+    }
+
     /// The Redis string, for the glue's API calls.
     pub(super) fn as_ptr(&self) -> *mut raw::RedisModuleString {
         self.ptr.as_ptr()

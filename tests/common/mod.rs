@@ -271,6 +271,16 @@ impl Server {
         c
     }
 
+    /// A new connection that has sent `args` and not read the reply (see
+    /// [`answer`]), and its client id: for commands that block.
+    pub fn send(&self, args: &[&str]) -> (redis::Connection, i64) {
+        let mut c = self.conn();
+        let id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut c).unwrap();
+        c.send_packed_command(&cmd(args).get_packed_command())
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        (c, id)
+    }
+
     /// A client for this server (connections made from it have no timeout
     /// unless the caller sets one; prefer [`Server::conn`]).
     pub fn client(&self) -> redis::Client {

@@ -259,3 +259,11 @@ pub fn setuser(c: &mut dyn ConnectionLike, name: &str, rules: &str) {
     args.extend(rules.split_whitespace());
     ok(c, &args);
 }
+
+/// The reply to a command sent with [`crate::common::Server::send`], as
+/// integers (an error reply is an `Err`).
+pub fn answer(c: &mut redis::Connection) -> RedisResult<Vec<i64>> {
+    c.recv_response()
+        .and_then(|v| v.extract_error())
+        .and_then(|v| redis::from_redis_value(&v))
+}
