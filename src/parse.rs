@@ -511,25 +511,33 @@ pub fn info_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<(), ArgsError> {
 /// Error for a state TB.SETSTATE cannot set.
 pub const ERR_STATE: ParseError = "ERR invalid bucket state for TB.SETSTATE";
 
-/// `TB.SETSTATE key state` or `TB.SETSTATE key tokens_nanos updated_us
-/// rate_num rate_den capacity expire_at_ms`: a bucket and its key's absolute
-/// expiry in ms (0: none).
+/// `TB.SETSTATE`: set a bucket's absolute state, or delete it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SetStateArgs {
-    /// The state to store.
-    pub bucket: Bucket,
-    /// The key's absolute expiry in ms, 0 for none.
-    pub expire_at_ms: i64,
+pub enum SetStateArgs {
+    /// `TB.SETSTATE key state` (compact) or `TB.SETSTATE key tokens_nanos
+    /// updated_us rate_num rate_den capacity expire_at_ms` (decimal): store
+    /// `bucket`, with the key's absolute expiry in ms (0: none).
+    State {
+        /// The state to store.
+        bucket: Bucket,
+        /// The key's absolute expiry in ms, 0 for none.
+        expire_at_ms: i64,
+    },
+    /// `TB.SETSTATE key DEL`: delete the bucket (a full bucket, whose key
+    /// a write removed). The word `DEL` cannot be a compact state: those
+    /// begin with a version tag byte below 0x20.
+    Delete,
 }
 
-/// Parses `TB.SETSTATE`, in its compact or its decimal form.
+/// Parses `TB.SETSTATE`, in its compact, decimal or deletion form.
 pub fn setstate_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<SetStateArgs, ArgsError> {
     let (bucket, expire_at_ms) = match a.count() {
+        3 if is_keyword(a.arg(2), "DEL") => return Ok(SetStateArgs::Delete),
         3 => wire::decode(a.arg(2)).ok_or(ERR_STATE)?,
         8 => decimal_state(a)?,
         _ => return Err(ArgsError::WrongArity),
     };
-    Ok(SetStateArgs {
+    Ok(SetStateArgs::State {
         bucket,
         expire_at_ms,
     })
@@ -812,12 +820,26 @@ mod tests {
     #[test]
     fn setstate_forms() {
         let a = setstate_args(&argv("TB.SETSTATE k 5 1000 1 2 10 99")[..]).unwrap();
-        assert_eq!((a.bucket.tokens, a.bucket.updated_us), (5, 1000));
-        assert_eq!(a.expire_at_ms, 99);
+        let SetStateArgs::State {
+            bucket,
+            expire_at_ms,
+        } = a
+        else {
+            panic!("{a:?}")
+        };
+        assert_eq!((bucket.tokens, bucket.updated_us), (5, 1000));
+        assert_eq!(expire_at_ms, 99);
         let mut buf = [0u8; wire::MAX_LEN];
-        let len = wire::encode(&a.bucket, 99, &mut buf);
+        let len = wire::encode(&bucket, 99, &mut buf);
         let compact = [&b"TB.SETSTATE"[..], b"k", &buf[..len]];
         assert_eq!(setstate_args(&compact[..]), Ok(a));
+        for del in ["DEL", "del"] {
+            let args = [&b"TB.SETSTATE"[..], b"k", del.as_bytes()];
+            assert_eq!(setstate_args(&args[..]), Ok(SetStateArgs::Delete));
+        }
+        // The deletion form's word is not a compact state: those start
+        // with a version tag that is no printable character.
+        assert!(buf[0] < 0x20 && b'D' >= 0x20);
         let bad = |s: &str| setstate_args(&argv(s)[..]).unwrap_err();
         assert_eq!(bad("TB.SETSTATE k 1"), ERR_STATE.into());
         assert_eq!(bad("TB.SETSTATE k 1 2"), ArgsError::WrongArity);

@@ -462,6 +462,7 @@ fn bad_input_is_rejected_and_changes_nothing() {
             "WRONGTYPE",
         ),
         (vec![b"TB.CONFIG"], "wrong number of arguments"),
+        (vec![b"TB.SETSTATE", b"str", b"DEL"], "WRONGTYPE"),
     ];
     for (args, want) in &cases {
         let e = err(&mut c, &args[..]);
@@ -470,6 +471,29 @@ fn bad_input_is_rejected_and_changes_nothing() {
     assert_eq!(digest(&mut c, "b"), before, "no error changed the bucket");
     let t: String = redis::cmd("TYPE").arg("str").query(&mut c).unwrap();
     assert_eq!(t, "string");
+}
+
+#[test]
+fn setstate_del_deletes_a_bucket_and_nothing_else() {
+    let s = Server::start();
+    let mut c = s.conn();
+    consume(&mut c, "b", "1/d", "5", Some("2"));
+    let ok: String = redis::cmd("TB.SETSTATE")
+        .arg(&["b", "DEL"])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(ok, "OK");
+    assert!(info(&mut c, "b").is_none(), "the bucket is gone");
+    let ok: String = redis::cmd("TB.SETSTATE")
+        .arg(&["b", "del"])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(ok, "OK", "a missing key stays missing");
+    let _: () = redis::cmd("SET").arg("str").arg("x").query(&mut c).unwrap();
+    let e = err(&mut c, &["TB.SETSTATE", "str", "DEL"]);
+    assert!(e.starts_with("WRONGTYPE"), "{e}");
+    let v: String = redis::cmd("GET").arg("str").query(&mut c).unwrap();
+    assert_eq!(v, "x", "other data is never deleted");
 }
 
 #[test]

@@ -6,7 +6,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{commandstats, dataset_digest, replica_of, sync_replica, Server, ServerConfig};
+use common::{
+    commandstats, consume, dataset_digest, replica_of, sync_replica, Server, ServerConfig,
+};
 use redis::Connection;
 
 fn workload(c: &mut Connection, round: u64) {
@@ -26,7 +28,8 @@ fn workload(c: &mut Connection, round: u64) {
             .query(c)
             .unwrap();
     }
-    // A bucket that is full again after a capacity cut is deleted (replicated as DEL).
+    // A bucket that is full again after a capacity cut is deleted
+    // (replicated as `TB.SETSTATE full DEL`).
     let _: Vec<i64> = redis::cmd("TB.CONSUME")
         .arg("full")
         .arg("1")
@@ -91,4 +94,51 @@ fn replicas_receive_state_not_commands() {
         !stats.contains("cmdstat_tb.consume"),
         "TB.CONSUME is never replayed: {stats}"
     );
+}
+
+#[test]
+fn deletions_replicate_with_del_renamed() {
+    // Operators rename DEL away (rename-command), on every node alike. A
+    // write that leaves a bucket full deletes its key; the deletion must
+    // still reach the replica and the AOF, whatever DEL is called.
+    let renamed = |extra: &[&str]| ServerConfig {
+        args: ["--rename-command", "DEL", "del-7f3a9c"]
+            .iter()
+            .chain(extra)
+            .map(|a| a.to_string())
+            .collect(),
+        ..ServerConfig::default()
+    };
+    let mut m = Server::start_with(renamed(&["--appendonly", "yes", "--appendfsync", "always"]));
+    let r = replica_of(&m, renamed(&[]));
+    let mut mc = m.conn();
+    // Two buckets at 3 of 5 tokens (refilling over days, so no expiry).
+    for key in ["refunded", "reshaped"] {
+        assert_eq!(consume(&mut mc, key, "1/d", 5, 2)[..2], [1, 3]);
+    }
+    // A refund fills one; a capacity cut to 3 fills the other (the request
+    // itself, for more than the capacity, is denied).
+    let _: i64 = redis::cmd("TB.REFUND")
+        .arg("refunded")
+        .arg(2)
+        .query(&mut mc)
+        .unwrap();
+    assert_eq!(consume(&mut mc, "reshaped", "1/d", 3, 5)[0], 0);
+    let exists = |c: &mut Connection| -> i64 {
+        redis::cmd("EXISTS")
+            .arg(&["refunded", "reshaped"])
+            .query(c)
+            .unwrap()
+    };
+    assert_eq!(exists(&mut mc), 0, "full buckets are deleted on the master");
+    sync_replica(&mut mc);
+    let mut rc = r.conn();
+    assert_eq!(exists(&mut rc), 0, "and on the replica");
+    assert_eq!(dataset_digest(&mut mc), dataset_digest(&mut rc));
+    drop(mc);
+    m.restart();
+    assert_eq!(exists(&mut m.conn()), 0, "and after replaying the AOF");
+    for s in [&m, &r] {
+        assert!(!s.log().contains("unknown command"), "{}", s.log());
+    }
 }

@@ -7,14 +7,16 @@
 //!   duplicate refusal only when two keys are equal (checked pairwise);
 //! - CL.THROTTLE: capacity `max_burst + 1` and quantity within 2^53;
 //! - TB.SETSTATE: a valid bucket that reads back the same from its compact
-//!   form;
+//!   form, or the deletion form `key DEL`;
 //! - TB.CONFIG, TB.REFUND, TB.INFO: the argument counts they accept.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use tb::bucket::{wire, MAX_AMOUNT};
-use tb::parse::{self, ArgsError, ConfigArgs, ERR_DUPLICATE, MAX_KEYS, MAX_WAIT_MS};
+use tb::parse::{
+    self, ArgsError, ConfigArgs, SetStateArgs, ERR_DUPLICATE, MAX_KEYS, MAX_WAIT_MS,
+};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&which, rest)) = data.split_first() else {
@@ -60,15 +62,22 @@ fuzz_target!(|data: &[u8]| {
                 assert!(t.quantity <= MAX_AMOUNT, "{t:?}");
             }
         }
-        3 => {
-            if let Ok(s) = parse::setstate_args(a) {
-                assert!(s.bucket.is_valid() && s.expire_at_ms >= 0, "{s:?}");
+        3 => match parse::setstate_args(a) {
+            Ok(s @ SetStateArgs::State {
+                bucket,
+                expire_at_ms,
+            }) => {
+                assert!(bucket.is_valid() && expire_at_ms >= 0, "{s:?}");
                 let mut buf = [0u8; wire::MAX_LEN];
-                let len = wire::encode(&s.bucket, s.expire_at_ms, &mut buf);
+                let len = wire::encode(&bucket, expire_at_ms, &mut buf);
                 let compact: [&[u8]; 3] = [b"CMD", a[1], &buf[..len]];
                 assert_eq!(parse::setstate_args(&compact[..]), Ok(s), "{a:?}");
             }
-        }
+            Ok(SetStateArgs::Delete) => {
+                assert!(a.len() == 3 && a[2].eq_ignore_ascii_case(b"DEL"), "{a:?}")
+            }
+            Err(_) => {}
+        },
         4 => match parse::config_args(a) {
             Ok(ConfigArgs::Get(_)) => assert_eq!(a.len(), 3),
             Ok(ConfigArgs::Set(..)) => assert_eq!(a.len(), 4),

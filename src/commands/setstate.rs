@@ -1,16 +1,23 @@
-//! `TB.SETSTATE key state` or `TB.SETSTATE key tokens updated_us rate_num
-//! rate_den capacity expire_at_ms`: internal. Sets a bucket's absolute state;
-//! this is what replicas and the AOF receive instead of `TB.CONSUME`, so they
-//! never re-run a clock-dependent command. Deterministic: it reads no clock.
+//! `TB.SETSTATE key state`, `TB.SETSTATE key tokens updated_us rate_num
+//! rate_den capacity expire_at_ms` or `TB.SETSTATE key DEL`: internal. Sets
+//! a bucket's absolute state, or deletes it; this is what replicas and the
+//! AOF receive instead of `TB.CONSUME`, so they never re-run a
+//! clock-dependent command. Deterministic: it reads no clock.
 //!
 //! Replication and AOF rewrite send the compact binary `state`
 //! ([`crate::bucket::wire`], recognised by its first byte); the decimal form,
 //! with `expire_at_ms` 0 for no expiry, is accepted too, for people and tools.
+//! A write that leaves a bucket full deletes its key and replicates `key
+//! DEL`: the module's own command, which `rename-command` cannot take away
+//! as it can `DEL`. The deletion form removes a bucket, never other data
+//! (WRONGTYPE), and does nothing to a missing key.
 
-use crate::glue::command::{block, integer, key, one_of, string, Access, Arity, Command};
+use crate::glue::command::{
+    block, integer, key, one_of, pure_token, string, Access, Arity, Command,
+};
 use crate::glue::command::{Keys, Spec};
 use crate::glue::entry::{Args, CmdResult, Ctx};
-use crate::parse;
+use crate::parse::{self, SetStateArgs};
 
 /// `TB.SETSTATE`.
 pub struct SetState;
@@ -29,6 +36,7 @@ impl Command for SetState {
             one_of(
                 c"state",
                 &[
+                    pure_token(c"delete", c"DEL"),
                     string(c"compact_state"),
                     block(
                         c"decimal_state",
@@ -50,7 +58,13 @@ impl Command for SetState {
 fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let a = parse::setstate_args(args)?;
     let key = ctx.open_bucket(args.key(1))?;
-    key.set_state(&a.bucket, a.expire_at_ms);
+    match a {
+        SetStateArgs::State {
+            bucket,
+            expire_at_ms,
+        } => key.set_state(&bucket, expire_at_ms),
+        SetStateArgs::Delete => key.delete_state(),
+    }
     ctx.reply().ok();
     Ok(())
 }

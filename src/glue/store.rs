@@ -134,13 +134,18 @@ impl<'c> BucketKey<'c, Write> {
         match expire_at_ms(b) {
             None => {
                 self.delete();
-                // SAFETY: ctx and the key name are live; format "s" = one RedisModuleString.
+                // Not as DEL: rename-command can rename DEL away, and then
+                // RedisModule_Replicate finds no such command and sends
+                // nothing. SETSTATE is ours and cannot be renamed.
+                // SAFETY: ctx and the key name are live; the format string
+                // matches the arguments: s = RedisModuleString*, c = C string.
                 unsafe {
                     raw::RedisModule_Replicate.unwrap()(
                         self.ctx.as_ptr(),
-                        c"DEL".as_ptr(),
-                        c"s".as_ptr(),
+                        SETSTATE.as_ptr(),
+                        c"sc".as_ptr(),
                         self.name.as_ptr(),
+                        c"DEL".as_ptr(),
                     )
                 };
             }
@@ -161,6 +166,18 @@ impl<'c> BucketKey<'c, Write> {
         self.put(b);
         self.set_expire_at(at_ms);
         self.signal_modified();
+        // SAFETY: ctx is the live context of this call.
+        unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(self.ctx.as_ptr()) };
+    }
+
+    /// Deletes the bucket (TB.SETSTATE's deletion form; nothing if there is
+    /// none), and replicates the command as it came.
+    pub fn delete_state(&self) {
+        self.ctx.mark_effects();
+        if self.stored.is_some() {
+            self.delete();
+            self.signal_modified();
+        }
         // SAFETY: ctx is the live context of this call.
         unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(self.ctx.as_ptr()) };
     }
