@@ -83,7 +83,7 @@ impl Waiter {
     fn reply(&self, ctx: NonNull<raw::RedisModuleCtx>, left_ms: i64) -> Due {
         // SAFETY: ctx is the live context of the callback running this, on
         // the waiter's database; the key is held until self is dropped.
-        let (ctx, key) = unsafe { (Ctx::new(ctx), KeyName::from_raw(self.key)) };
+        let (ctx, key) = unsafe { (Ctx::new(ctx, c"tb.consume"), KeyName::from_raw(self.key)) };
         let now = clock::now_us();
         // A key that holds something else now holds no bucket either.
         let stored = ctx.read_bucket(key).ok().and_then(|k| k.stored());

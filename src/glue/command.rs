@@ -179,7 +179,7 @@ fn dispatch(
     };
     // SAFETY: Redis passes the live context and `argc` live arguments of
     // this call; neither wrapper outlives this function.
-    let (ctx, args) = unsafe { (Ctx::new(ptr), Args::new(argv, argc)) };
+    let (ctx, args) = unsafe { (Ctx::new(ptr, spec.name), Args::new(argv, argc)) };
     if let Keys::Counted(access) = spec.keys {
         if key_positions(&ctx, &args, access) {
             return raw::Status::Ok as c_int;

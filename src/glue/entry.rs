@@ -7,6 +7,7 @@
 //! handler and turns its errors (and panics) into error replies.
 
 use std::cell::Cell;
+use std::ffi::CStr;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
@@ -139,19 +140,23 @@ impl<'a> parse::Argv<'a> for Args<'a> {
 /// The context of one call: what a handler may do with Redis.
 pub struct Ctx<'a> {
     ptr: NonNull<raw::RedisModuleCtx>,
+    /// The command's name: the event of its keyspace notifications.
+    event: &'static CStr,
     /// Set before the call changes anything (see [`Ctx::may_have_effects`]).
     effects: Cell<bool>,
     _call: PhantomData<&'a mut raw::RedisModuleCtx>,
 }
 
 impl<'a> Ctx<'a> {
-    /// Wraps the context Redis passed to a command.
+    /// Wraps the context Redis passed to the command named `event` (or to a
+    /// callback on that command's behalf).
     ///
     /// # Safety
     /// `ptr` must be the live context of the current call, valid for `'a`.
-    pub(super) unsafe fn new(ptr: NonNull<raw::RedisModuleCtx>) -> Self {
+    pub(super) unsafe fn new(ptr: NonNull<raw::RedisModuleCtx>, event: &'static CStr) -> Self {
         Ctx {
             ptr,
+            event,
             effects: Cell::new(false),
             _call: PhantomData,
         }
@@ -160,6 +165,12 @@ impl<'a> Ctx<'a> {
     /// The raw context, for the glue's API calls.
     pub(super) fn as_ptr(&self) -> *mut raw::RedisModuleCtx {
         self.ptr.as_ptr()
+    }
+
+    /// The event name of the call's keyspace notifications: its command's
+    /// name.
+    pub(super) fn event(&self) -> &'static CStr {
+        self.event
     }
 
     /// Records that the call is about to change data (or replicate); glue

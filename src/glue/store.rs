@@ -131,7 +131,7 @@ impl<'c> BucketKey<'c, Write> {
     /// full is deleted instead (a missing key reads as a full bucket).
     pub fn commit(&self, b: &Bucket) {
         self.ctx.mark_effects();
-        match expire_at_ms(b) {
+        let deleted = match expire_at_ms(b) {
             None => {
                 self.delete();
                 // Not as DEL: rename-command can rename DEL away, and then
@@ -148,14 +148,17 @@ impl<'c> BucketKey<'c, Write> {
                         c"DEL".as_ptr(),
                     )
                 };
+                true
             }
             Some(at_ms) => {
                 self.put(b);
                 self.set_expire_at(at_ms);
                 self.replicate_state(b, at_ms);
+                false
             }
-        }
+        };
         self.signal_modified();
+        self.notify_written(deleted && self.stored.is_some());
     }
 
     /// Stores `b` with the absolute expiry `at_ms` (0: none) exactly as
@@ -166,6 +169,7 @@ impl<'c> BucketKey<'c, Write> {
         self.put(b);
         self.set_expire_at(at_ms);
         self.signal_modified();
+        self.notify_written(false);
         // SAFETY: ctx is the live context of this call.
         unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(self.ctx.as_ptr()) };
     }
@@ -177,6 +181,7 @@ impl<'c> BucketKey<'c, Write> {
         if self.stored.is_some() {
             self.delete();
             self.signal_modified();
+            self.notify_written(true);
         }
         // SAFETY: ctx is the live context of this call.
         unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(self.ctx.as_ptr()) };
@@ -233,6 +238,29 @@ impl<'c> BucketKey<'c, Write> {
         unsafe {
             raw::RedisModule_SignalModifiedKey.unwrap()(self.ctx.as_ptr(), self.name.as_ptr())
         };
+    }
+
+    /// Publishes the keyspace notifications of a write: the command's own
+    /// event (module class, `d`), and `del` (generic class, `g`) when the
+    /// write deleted the key, as Redis' own commands do when they remove a
+    /// key. Costs a function call and a flag test when notifications are
+    /// off. (Redis publishes `expired` itself when a bucket's key expires.)
+    fn notify_written(&self, deleted: bool) {
+        // SAFETY: ctx and the key name are live; the event names are
+        // NUL-terminated.
+        unsafe {
+            let notify = raw::RedisModule_NotifyKeyspaceEvent.unwrap();
+            let (ctx, key) = (self.ctx.as_ptr(), self.name.as_ptr());
+            notify(
+                ctx,
+                raw::REDISMODULE_NOTIFY_MODULE,
+                self.ctx.event().as_ptr(),
+                key,
+            );
+            if deleted {
+                notify(ctx, raw::REDISMODULE_NOTIFY_GENERIC, c"del".as_ptr(), key);
+            }
+        }
     }
 
     /// Replicates `TB.SETSTATE key state`, with the state in its compact

@@ -23,11 +23,14 @@ pub fn call<A: ToRedisArgs>(c: &mut dyn ConnectionLike, args: &[A]) -> RedisResu
     cmd(args).query(c)
 }
 
-/// Runs `args`, which must answer an array of integers (or one integer).
+/// Runs `args`, which must answer an array of integers (or one integer,
+/// returned as an array of one).
 pub fn ints(c: &mut dyn ConnectionLike, args: &[&str]) -> Vec<i64> {
-    cmd(args)
-        .query(c)
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    match call(c, args) {
+        Ok(Value::Int(n)) => vec![n],
+        Ok(v) => redis::from_redis_value(&v).unwrap_or_else(|e| panic!("{args:?}: {e}")),
+        Err(e) => panic!("{args:?}: {e}"),
+    }
 }
 
 /// Runs `args`, which must answer `+OK`.
