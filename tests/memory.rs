@@ -371,6 +371,52 @@ fn deny_oom_refuses_new_buckets_with_a_clear_error() {
 }
 
 #[test]
+fn scripts_flagged_allow_oom_create_no_bucket_past_maxmemory() {
+    // A script or function flagged allow-oom may run deny-oom commands past
+    // maxmemory (Redis' rule for every command). The module still creates
+    // no bucket there: the memory a tenant's limiter calls take stays
+    // bounded by maxmemory whatever path they come through. Changing an
+    // existing bucket takes no memory and follows Redis' rule.
+    let s = Server::start();
+    let mut c = s.conn();
+    let r: Vec<i64> = redis::from_redis_value(&consume(&mut c, "old", 4).unwrap()).unwrap();
+    assert_eq!(r[..2], [1, 6]);
+    let lib = "#!lua name=limiter\n\
+               redis.register_function{function_name='take', flags={'allow-oom'}, \
+               callback=function(keys) return redis.call('TB.CONSUME', keys[1], '1/d', '10') end}";
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(lib)
+        .query(&mut c)
+        .unwrap();
+    fill_to_the_limit(&mut c);
+    let keys: i64 = redis::cmd("DBSIZE").query(&mut c).unwrap();
+    let script = "#!lua flags=allow-oom\nreturn redis.call('TB.CONSUME', KEYS[1], '1/d', '10')";
+    let eval = |c: &mut Connection, key: &str| -> redis::RedisResult<Value> {
+        redis::cmd("EVAL").arg(script).arg(1).arg(key).query(c)
+    };
+    let fcall = |c: &mut Connection, key: &str| -> redis::RedisResult<Value> {
+        redis::cmd("FCALL").arg("take").arg(1).arg(key).query(c)
+    };
+    for r in [eval(&mut c, "new"), fcall(&mut c, "new2")] {
+        let e = error_line(r);
+        assert!(e.contains(OOM), "{e}");
+    }
+    let after: i64 = redis::cmd("DBSIZE").query(&mut c).unwrap();
+    assert_eq!(after, keys, "no bucket was created");
+    // An existing bucket still works there.
+    for r in [eval(&mut c, "old"), fcall(&mut c, "old")] {
+        let r: Vec<i64> = redis::from_redis_value(&r.unwrap()).unwrap();
+        assert_eq!(r[0], 1, "{r:?}");
+    }
+    let info: Vec<String> = redis::cmd("TB.INFO").arg("old").query(&mut c).unwrap();
+    assert!(
+        info[1].starts_with('4'),
+        "old gave two more tokens: {info:?}"
+    );
+}
+
+#[test]
 fn a_replica_past_maxmemory_still_applies_the_masters_state() {
     let m = Server::start();
     let r = replica_of(&m, ServerConfig::default());

@@ -75,6 +75,7 @@ impl KeyName<'_> {
 }
 
 /// The bytes of a live Redis string.
+#[inline]
 fn string_bytes<'a>(s: NonNull<raw::RedisModuleString>) -> &'a [u8] {
     let mut len = 0;
     let ptr = raw::string_ptr_len(s.as_ptr(), &mut len);
@@ -114,6 +115,7 @@ impl<'a> Args<'a> {
     }
 
     /// Argument `i` as bytes (any bytes, not necessarily UTF-8).
+    #[inline]
     pub fn bytes(&self, i: usize) -> &'a [u8] {
         string_bytes(self.argv[i])
     }
@@ -128,10 +130,12 @@ impl<'a> Args<'a> {
 }
 
 impl<'a> parse::Argv<'a> for Args<'a> {
+    #[inline]
     fn count(&self) -> usize {
         self.len()
     }
 
+    #[inline]
     fn arg(&self, i: usize) -> &'a [u8] {
         self.bytes(i)
     }

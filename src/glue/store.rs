@@ -43,11 +43,41 @@ pub struct BucketKey<'c, M> {
     _mode: PhantomData<M>,
 }
 
+/// Redis' reply to a write past `maxmemory`.
+const ERR_OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+
 impl<'a> Ctx<'a> {
     /// Opens `name` for writing. WRONGTYPE if it holds something other than
-    /// a bucket; nothing has changed then.
+    /// a bucket; OOM if it holds nothing and the server is past `maxmemory`
+    /// (see [`Ctx::refuses_new_buckets`]); nothing has changed then.
+    #[inline]
     pub fn open_bucket<'c>(&'c self, name: KeyName<'c>) -> Result<BucketKey<'c, Write>, CmdError> {
-        BucketKey::open(self, name, true)
+        let key = BucketKey::open(self, name, true)?;
+        if key.stored.is_none() && self.refuses_new_buckets() {
+            return Err(ERR_OOM.into());
+        }
+        Ok(key)
+    }
+
+    /// Whether a new bucket would take memory past `maxmemory`. Redis
+    /// refuses TB writes (`deny-oom`) then, but lets scripts and functions
+    /// flagged `allow-oom` run them; this keeps those from creating buckets
+    /// too, so no client path grows the buckets past `maxmemory`. Writes
+    /// from the master and AOF loading are exempt, as Redis exempts them
+    /// (`replica-ignore-maxmemory`). Asked only when a key is missing.
+    fn refuses_new_buckets(&self) -> bool {
+        // The cheap question first: used / maxmemory (0 without a limit)
+        // rounds to at least 1 whenever used memory is at or past the limit.
+        // SAFETY: the API pointers are set by RedisModule_Init; ctx is live.
+        if unsafe { raw::RedisModule_GetUsedMemoryRatio.unwrap()() } < 1.0 {
+            return false;
+        }
+        // SAFETY: ctx is the live context of this call.
+        let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(self.as_ptr()) } as u32;
+        let exempt = raw::REDISMODULE_CTX_FLAGS_REPLICATED
+            | raw::REDISMODULE_CTX_FLAGS_LOADING
+            | raw::REDISMODULE_CTX_FLAGS_ASYNC_LOADING;
+        flags & raw::REDISMODULE_CTX_FLAGS_OOM != 0 && flags & exempt == 0
     }
 
     /// Opens `name` for reading. WRONGTYPE if it holds something other than
@@ -59,6 +89,7 @@ impl<'a> Ctx<'a> {
 
 impl<'c, M> BucketKey<'c, M> {
     /// Opens the key and checks its type (closing it again on WRONGTYPE).
+    #[inline]
     fn open(ctx: &'c Ctx<'c>, name: KeyName<'c>, write: bool) -> Result<Self, CmdError> {
         let mode = if write {
             raw::KeyMode::READ | raw::KeyMode::WRITE
