@@ -10,7 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
-    answer, blocked_now, commandstats, consume, err, error_line, info_tb, ints, resp,
+    answer, blocked_now, commandstats, config_set, consume, err, error_line, info_tb, ints, resp,
     tb_config_set, used_memory, Server,
 };
 use redis::Connection;
@@ -220,6 +220,34 @@ fn every_way_a_waiter_ends_releases_it_and_max_blocked_holds() {
     assert_eq!(answer(&mut e).unwrap()[0], 1);
     assert_eq!(blocked_now(&mut c), 0);
     assert_eq!(info_tb(&mut c)["tb_blocked_total"], 4);
+}
+
+#[test]
+fn block_answers_as_reserve_when_memory_is_short() {
+    // Each waiter holds tens of KB; past 75% of maxmemory BLOCK answers at
+    // once, as RESERVE would, so waiting clients cannot push other tenants'
+    // writes past maxmemory.
+    let s = Server::start();
+    let mut c = s.conn();
+    assert_eq!(consume(&mut c, "w", "0.1", 1, 1)[0], 1);
+    let used = used_memory(&mut c);
+    config_set(&mut c, "maxmemory", &(used * 6 / 5).to_string());
+    let r = ints(
+        &mut c,
+        &["TB.CONSUME", "w", "0.1", "1", "1", "BLOCK", "60000"],
+    );
+    assert_eq!((r[0], r[4]), (1, 1), "reserved: {r:?}");
+    assert!(
+        r[2] > 5_000,
+        "answered at once, the wait left to the caller: {r:?}"
+    );
+    assert_eq!(info_tb(&mut c)["tb_blocked_total"], 0);
+    // With memory to spare the next one waits.
+    config_set(&mut c, "maxmemory", "0");
+    let (_w, _) = waiter(&s, "w", "0.1");
+    s.wait_for("the waiter to block", Duration::from_secs(10), |c| {
+        blocked_now(c) == 1
+    });
 }
 
 #[test]

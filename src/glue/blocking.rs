@@ -133,9 +133,22 @@ fn remove(bc: Handle) -> Option<Waiter> {
     })
 }
 
-/// Whether another client may block now (`max-blocked`).
+/// Used memory, as a fraction of `maxmemory`, past which no client blocks:
+/// Redis' own "short of memory" threshold (its OOM-warning context flag).
+const MEMORY_SHORT: f32 = 0.75;
+
+/// Whether another client may block now: fewer than `max-blocked` wait,
+/// and memory is not short. A waiter's handle holds two module reply
+/// buffers (tens of KB), and a flood of clients that block and hang up can
+/// have hundreds alive at once between two turns of the event loop; past
+/// 75% of `maxmemory` BLOCK answers as RESERVE would instead, so waiting
+/// clients never push other tenants' writes past `maxmemory`.
 pub fn has_room() -> bool {
-    stats::BLOCKED_NOW.load(Ordering::Relaxed) < config::max_blocked()
+    if stats::BLOCKED_NOW.load(Ordering::Relaxed) >= config::max_blocked() {
+        return false;
+    }
+    // SAFETY: the API pointer is set by RedisModule_Init; main thread.
+    unsafe { raw::RedisModule_GetUsedMemoryRatio.unwrap()() <= MEMORY_SHORT }
 }
 
 /// Blocks the calling client for `wait_ms`, until its reservation of
