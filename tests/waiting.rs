@@ -227,6 +227,38 @@ fn a_block_reply_reads_the_waiters_own_database() {
 }
 
 #[test]
+fn a_waiter_whose_key_expired_is_answered_with_a_full_bucket() {
+    // The reply is read when it is sent, from a timer: a key that expired
+    // meanwhile reads as a full bucket, and the read changes nothing a
+    // replica or the AOF would not also see.
+    let m = Server::start_with(ServerConfig {
+        args: vec!["--appendonly".into(), "yes".into()],
+        ..ServerConfig::default()
+    });
+    let r = replica_of(&m, ServerConfig::default());
+    let mut c = m.conn();
+    assert_eq!(ints(&mut c, &["TB.CONSUME", "x", "5", "3", "3"])[0], 1);
+    let (mut w, _) = m.send(&["TB.CONSUME", "x", "5", "3", "1", "BLOCK", "5000"]);
+    m.wait_for("the waiter to block", Duration::from_secs(10), |c| {
+        info_tb(c)["tb_blocked_now"] == 1
+    });
+    let _: i64 = redis::cmd("PEXPIRE").arg("x").arg(1).query(&mut c).unwrap();
+    let reply = answer(&mut w).unwrap();
+    assert_eq!(
+        (reply[0], reply[1], reply[3], reply[4]),
+        (1, 3, 0, 1),
+        "{reply:?}"
+    );
+    // The expired key is gone (this read deletes it if nothing did yet),
+    // and the replica agrees.
+    let exists: i64 = redis::cmd("EXISTS").arg("x").query(&mut c).unwrap();
+    assert_eq!(exists, 0);
+    sync_replica(&mut c);
+    assert_eq!(dataset_digest(&mut c), dataset_digest(&mut r.conn()));
+    assert!(!m.log().contains("ASSERTION"), "{}", m.log());
+}
+
+#[test]
 fn block_that_cannot_be_served_in_time_is_denied_at_once() {
     let s = Server::start();
     let mut c = s.conn();

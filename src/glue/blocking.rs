@@ -86,7 +86,7 @@ impl Waiter {
         let (ctx, key) = unsafe { (Ctx::new(ctx, c"tb.consume"), KeyName::from_raw(self.key)) };
         let now = clock::now_us();
         // A key that holds something else now holds no bucket either.
-        let stored = ctx.read_bucket(key).ok().and_then(|k| k.stored());
+        let stored = ctx.peek_bucket(key).ok().and_then(|k| k.stored());
         let b = match stored {
             Some(mut b) => {
                 b.settle(now);

@@ -85,6 +85,21 @@ impl<'a> Ctx<'a> {
     pub fn read_bucket<'c>(&'c self, name: KeyName<'c>) -> Result<BucketKey<'c, Read>, CmdError> {
         BucketKey::open(self, name, false)
     }
+
+    /// Opens `name` for reading from a callback, without touching it: no
+    /// LRU/LFU update and, where the server has the flag (7.2+), no lazy
+    /// deletion of an expired key (an expired bucket reads as what it is
+    /// then, a full one), so such a read changes and propagates nothing.
+    pub(super) fn peek_bucket<'c>(
+        &'c self,
+        name: KeyName<'c>,
+    ) -> Result<BucketKey<'c, Read>, CmdError> {
+        // SAFETY: the API pointers are set by RedisModule_Init; main thread;
+        // GetOpenKeyModesAll takes no argument.
+        let supported = unsafe { raw::RedisModule_GetOpenKeyModesAll.map_or(0, |all| all()) };
+        let quiet = (raw::REDISMODULE_OPEN_KEY_NOTOUCH | raw::REDISMODULE_OPEN_KEY_NOEXPIRE) as i32;
+        BucketKey::open_with(self, name, raw::KeyMode::READ.bits() | (quiet & supported))
+    }
 }
 
 impl<'c, M> BucketKey<'c, M> {
@@ -96,10 +111,15 @@ impl<'c, M> BucketKey<'c, M> {
         } else {
             raw::KeyMode::READ
         };
+        Self::open_with(ctx, name, mode.bits())
+    }
+
+    /// [`BucketKey::open`] with RedisModule_OpenKey's mode bits.
+    #[inline]
+    fn open_with(ctx: &'c Ctx<'c>, name: KeyName<'c>, mode: i32) -> Result<Self, CmdError> {
         // SAFETY: ctx and name are live for this call; the key is closed in Drop.
         let key =
-            unsafe { raw::RedisModule_OpenKey.unwrap()(ctx.as_ptr(), name.as_ptr(), mode.bits()) }
-                .cast();
+            unsafe { raw::RedisModule_OpenKey.unwrap()(ctx.as_ptr(), name.as_ptr(), mode) }.cast();
         let mut k = BucketKey {
             ctx,
             key,
