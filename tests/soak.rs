@@ -55,6 +55,10 @@ fn soak_seconds() -> u64 {
     std::env::var("TB_SOAK_SECONDS").map_or(20, |v| v.parse().expect("TB_SOAK_SECONDS"))
 }
 
+fn connected_clients(c: &mut Connection) -> i64 {
+    info_field(c, "clients", "connected_clients").parse().unwrap()
+}
+
 fn dbsize(c: &mut Connection) -> i64 {
     redis::cmd("DBSIZE").query(c).unwrap()
 }
@@ -437,6 +441,7 @@ fn load(m: &Server, secs: u64, seed: u64) -> Round {
     let bulk_keys = dbsize(&mut mc);
     assert!(bulk_keys >= BULK as i64, "100k buckets exist");
 
+    let connections_before = connected_clients(&mut mc);
     let stop = Arc::new(AtomicBool::new(false));
     let requests = Arc::new(AtomicU64::new(0));
     let vanished = Arc::new(AtomicU64::new(0));
@@ -478,6 +483,15 @@ fn load(m: &Server, secs: u64, seed: u64) -> Round {
         h.join().expect("load thread");
     }
     let (saves, rewrites) = persister.join().expect("persister");
+    // A vanished client's command may still wait in the server's input when
+    // its thread ends; the server handles a connection's last command before
+    // it notices the close, so once every load connection is gone, every
+    // write of the load is done (and the replica can be compared).
+    eventually(
+        "the server to see every load connection close",
+        Duration::from_secs(30),
+        || connected_clients(&mut mc) <= connections_before,
+    );
     Round {
         grants,
         requests: requests.load(Relaxed),
