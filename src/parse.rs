@@ -358,15 +358,21 @@ pub fn consume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<ConsumeArgs, Arg
     Ok(ConsumeArgs { limits, options })
 }
 
-/// Error for a bad `numkeys` of TB.MCONSUME.
+/// Error for a bad `numkeys` of TB.MCONSUME (it names [`MAX_KEYS`]).
 pub const ERR_NUMKEYS: ParseError =
-    "ERR numkeys must be an integer from 1 to 1000 and match the arguments";
+    "ERR numkeys must be an integer from 1 to 16 and match the arguments";
 /// Error for a key named twice in TB.MCONSUME.
 pub const ERR_DUPLICATE: ParseError = "ERR a key appears twice in TB.MCONSUME";
 /// Error for an unknown TB.MCONSUME option.
 pub const ERR_MCONSUME_OPTION: ParseError = "ERR unknown option: TB.MCONSUME takes RESERVE ms";
-/// Most keys one TB.MCONSUME may name.
-pub const MAX_KEYS: u64 = 1000;
+/// Most keys one TB.MCONSUME may name. Every key costs about what one
+/// TB.CONSUME costs (Redis hashes the name a few times to look it up, write
+/// it and set its expiry), and Redis runs one command at a time, so this
+/// bounds how long one call keeps every other client waiting: 16 buckets,
+/// more than any one request checks (per user, per tenant, per minute, per
+/// day...), take about as long as 16 single-bucket calls (BENCHMARKS.md,
+/// "Noisy neighbours").
+pub const MAX_KEYS: u64 = 16;
 
 /// One bucket's request in TB.MCONSUME.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -762,7 +768,8 @@ mod tests {
         let err = |s: &str| mconsume_args(&argv(s)[..]).unwrap_err();
         assert_eq!(err("TB.MCONSUME"), ArgsError::WrongArity);
         assert_eq!(err("TB.MCONSUME 0 a 1 5 1"), ERR_NUMKEYS.into());
-        assert_eq!(err("TB.MCONSUME 1001 a 1 5 1"), ERR_NUMKEYS.into());
+        assert_eq!(err("TB.MCONSUME 17 a 1 5 1"), ERR_NUMKEYS.into());
+        assert!(ERR_NUMKEYS.contains(&format!("from 1 to {MAX_KEYS} ")));
         assert_eq!(err("TB.MCONSUME 2 a b 1 5 1"), ERR_NUMKEYS.into());
         assert_eq!(
             err("TB.MCONSUME 1 a 1 5 1 FROB"),

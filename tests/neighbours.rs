@@ -37,12 +37,13 @@ fn mconsume_args(keys: &[Vec<u8>]) -> Vec<Vec<u8>> {
 
 #[test]
 fn mconsume_checks_for_duplicate_keys_in_linear_time() {
-    // 1,000 keys of 16 KB, the last two equal, so that a check comparing
-    // pairs runs through all of them. Comparing every pair of keys that share a 16 KB
-    // prefix reads 8 GB; keys that differ in their first byte are told apart
-    // at once. In linear time both cost the same.
-    const KEYS: usize = 1000;
-    const LEN: usize = 16 << 10;
+    // The most keys TB.MCONSUME takes (16), of 1 MB each, the last two
+    // equal, so that a check comparing pairs runs through all of them.
+    // Comparing every pair of keys that share a 1 MB prefix reads 120 MB;
+    // keys that differ in their first byte are told apart at once. In
+    // linear time both cost the same: hashing 16 MB.
+    const KEYS: usize = 16;
+    const LEN: usize = 1 << 20;
     let s = Server::start();
     let mut c = s.conn();
     let key = |i: usize, shared_prefix: bool| -> Vec<u8> {
@@ -71,7 +72,9 @@ fn mconsume_checks_for_duplicate_keys_in_linear_time() {
         distinct.push(time(false));
     }
     let (shared, distinct) = (shared.iter().min().unwrap(), distinct.iter().min().unwrap());
-    println!("duplicate check of {KEYS} keys of {LEN} bytes: shared prefix {shared} µs, distinct {distinct} µs");
+    println!(
+        "duplicate check of {KEYS} keys of {LEN} bytes: shared prefix {shared} µs, distinct {distinct} µs"
+    );
     assert!(
         *shared <= 3 * distinct + 2_000,
         "keys sharing a prefix take {shared} µs, distinct ones {distinct} µs: not linear"

@@ -56,7 +56,9 @@ fn soak_seconds() -> u64 {
 }
 
 fn connected_clients(c: &mut Connection) -> i64 {
-    info_field(c, "clients", "connected_clients").parse().unwrap()
+    info_field(c, "clients", "connected_clients")
+        .parse()
+        .unwrap()
 }
 
 fn dbsize(c: &mut Connection) -> i64 {
