@@ -11,6 +11,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "clients" / "python" / "tests"))
+sys.path.insert(0, str(HERE))
 
 from tbserver import Server  # noqa: E402
 

@@ -1,13 +1,14 @@
-# Docs blocks (tools/doctest): every fenced code block of README.md and
-# docs/**/*.md runs against real servers the harness starts (free loopback
-# ports, TEST_SERVERS, TB_MODULE); a block with no runner and no directive
-# fails. tools/doctest/blocks.py lists the directives.
+# Docs blocks (tools/doctest): every fenced code block of README.md,
+# docs/**/*.md and clients/*/README.md runs against real servers the harness
+# starts (free loopback ports, TEST_SERVERS, TB_MODULE); a block with no
+# runner and no directive fails. tools/doctest/blocks.py lists the directives.
 #
 #   make test-docs   every block (part of `make test`); pass PYTEST_ARGS="-k ..."
 #                    to run some
 
-# markdown-it-py: the CommonMark parser that finds the blocks.
-DOCTEST_PIP := markdown-it-py==4.*
+# markdown-it-py: the CommonMark parser that finds the blocks; mypy checks
+# the harness (tools/doctest/mypy.ini: strict).
+DOCTEST_PIP := 'markdown-it-py==4.*' 'mypy==1.*'
 PYTEST_ARGS ?=
 
 .PHONY: test-docs
@@ -17,6 +18,7 @@ EXTRA_TESTS += test-docs
 # The Python venv of mk/python.mk (the client installed as users install it)
 # runs the harness and the python blocks.
 test-docs: build redis8 python-venv
-	@$(PY) -m pip install --quiet --disable-pip-version-check "$(DOCTEST_PIP)"
+	@$(PY) -m pip install --quiet --disable-pip-version-check $(DOCTEST_PIP)
+	cd $(CURDIR)/tools/doctest && $(PY) -m mypy .
 	cd $(CURDIR)/tools/doctest && TEST_SERVERS="$(TEST_SERVERS)" TB_MODULE=$(MODULE) \
 	  $(PY) -m pytest -q $(PYTEST_ARGS)

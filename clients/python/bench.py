@@ -22,12 +22,12 @@ def main() -> None:
     for with_module in (True, False):
         server = Server(with_module=with_module)
         try:
-            lim = Limiter(server.url)
+            lim = Limiter(server.client())
             bucket = lim.bucket("bytes", "1e7", 10**7)
-            lim.client.config_resetstat()
+            server.client().config_resetstat()
             for _ in range(CALLS):
                 bucket.consume(65536, atmost=True)
-            stats = lim.client.info("commandstats")
+            stats = server.client().info("commandstats")
             name = "cmdstat_tb.consume" if with_module else "cmdstat_evalsha"
             print(f"{lim.backend:6}  {stats[name]['usec_per_call']:7.2f} us per TB.CONSUME ({CALLS} calls)")
         finally:

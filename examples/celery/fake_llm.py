@@ -6,14 +6,17 @@ way: a call that arrives less than ``1 / rate`` seconds after the previous
 accepted call gets 429. It records every arrival, so a test can show the
 fleet-wide rate held.
 
-Tolerance: the limiter grants calls exactly ``1 / rate`` apart on the Redis
-server's clock, to the millisecond (the module reads a millisecond clock on
-Redis 7.0, and waits are replied in whole milliseconds, rounded up: up to
-2 ms between two calls). Each call then goes through a worker process waking
-up and an HTTP request before it arrives here, which takes a few
-milliseconds more or less from call to call on a loaded 2-core machine. So
-the API accepts ``TOLERANCE`` (10 ms, half a percent of the 2 s interval) of
-such jitter; anything closer is a real violation.
+Tolerance: the limiter grants calls exactly ``1 / rate`` seconds apart on the
+Redis server's clock, to the millisecond (the module reads a millisecond
+clock on Redis 7.0, and waits are replied in whole milliseconds, rounded
+up). Each call then goes through a worker process waking up from its sleep
+and an HTTP request before it arrives here: that takes a few milliseconds
+more or less from call to call, and tens of milliseconds on a 2-core machine
+busy with other builds (one run saw a call arrive 27 ms late, so the next,
+on time, came 1.973 s after it). The API accepts ``TOLERANCE`` (50 ms,
+2.5% of the 2 s interval) of such jitter; a call made without a token comes
+a whole interval early, or more. Whether each call started at or after its
+token was due is checked exactly, on the worker's side, by the tests.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-TOLERANCE = 0.010
+TOLERANCE = 0.050
 
 
 class FakeLLM:

@@ -1,37 +1,34 @@
-"""The FastAPI gateway: per API key and per user limits from a YAML file of
-tiers (re-read when it changes), 429 with headers computed from the reply."""
+"""The gateway end to end: uvicorn serving examples/http/gateway.py in its
+own process (the shipped tb_limiter.fastapi.RateLimit dependency), Redis
+with the module, requests over loopback. Limits per tier from a YAML file
+re-read when it changes; 429 with Retry-After and the IETF RateLimit and
+RateLimit-Policy fields; a tier that queues, with a backlog deeper than its
+wait."""
 
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from asgiproc import uvicorn_process
+from tbserver import Server
 
-from gateway import create_app  # noqa: E402
-from tbserver import Server  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 TIERS = """
 tiers:
-  free:
-    per_key:  {rate: "1/m", capacity: 5}
-    per_user: {rate: "2/m", capacity: 8}
-  tiny:
-    per_key:  {rate: "1/m", capacity: 1}
-    per_user: {rate: "1/m", capacity: 10}
-  fast:
-    per_key:  {rate: "4", capacity: 1}
-    per_user: {rate: "4", capacity: 1}
+  free:   {limits: "5/minute;8/hour"}
+  fast:   {limits: "1/second"}
+  queued: {limits: "2/second", wait: 3}
 keys:
   key-alice-1: {user: alice, tier: free}
-  key-alice-2: {user: alice, tier: free}
-  key-carol:   {user: carol, tier: tiny}
   key-dave:    {user: dave, tier: fast}
+  key-erin:    {user: erin, tier: queued}
 """
 
 
@@ -43,62 +40,74 @@ def tiers_file(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def client(module_server: Server, tiers_file: Path) -> httpx.AsyncClient:
+def gateway(module_server: Server, tiers_file: Path, tmp_path: Path) -> Iterator[str]:
+    """``uvicorn gateway:app`` in its own process."""
     module_server.client().flushall()
-    app = create_app(module_server.url, tiers_file)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c:
-        yield c  # type: ignore[misc]
+    env = {"TB_REDIS_URL": module_server.url, "TIERS_FILE": str(tiers_file)}
+    with uvicorn_process("gateway:app", HERE, env, tmp_path / "uvicorn.log") as base:
+        yield base
 
 
-async def get(client: httpx.AsyncClient, key: str) -> httpx.Response:
-    return await client.get("/v1/models", headers={"X-API-Key": key})
+def get(base: str, key: str) -> httpx.Response:
+    return httpx.get(base + "/v1/models", headers={"X-API-Key": key}, timeout=30)
 
 
-async def test_per_key_then_per_user_limits(client: httpx.AsyncClient) -> None:
+def test_limits_and_headers(gateway: str) -> None:
     for i in range(5):
-        r = await get(client, "key-alice-1")
+        r = get(gateway, "key-alice-1")
         assert r.status_code == 200
-        assert (r.headers["RateLimit-Limit"], r.headers["RateLimit-Remaining"]) == ("5", str(4 - i))
-    denied = await get(client, "key-alice-1")
+        assert r.headers["RateLimit-Policy"] == '"5/minute";q=5;w=60, "8/hour";q=8;w=3600'
+        # t: at most one token's refill time until more are available
+        assert r.headers["RateLimit"] == f'"5/minute";r={4 - i};t=12, "8/hour";r={7 - i};t=450'
+        assert "Retry-After" not in r.headers
+    denied = get(gateway, "key-alice-1")
     assert denied.status_code == 429
-    # 1 token a minute: the wait rounds up to 60 s, never down to 59
-    assert denied.headers["Retry-After"] == "60"
-    assert denied.headers["RateLimit-Remaining"] == "0"
-    # the user's other key has its own bucket, but shares the user's 8
-    for _ in range(3):
-        assert (await get(client, "key-alice-2")).status_code == 200
-    by_user = await get(client, "key-alice-2")
-    assert by_user.status_code == 429
-    assert (by_user.headers["RateLimit-Limit"], by_user.headers["RateLimit-Remaining"]) == ("8", "0")
-    assert by_user.headers["Retry-After"] == "30"  # 2 a minute
-    # upper bound of the time to full: 8 missing at 2/m, 4 missing at 1/m
-    assert by_user.headers["RateLimit-Reset"] == "240"
+    # 1 token in 12 s: rounded up, never down to 11
+    assert denied.headers["Retry-After"] == "12"
+    assert denied.headers["RateLimit"] == '"5/minute";r=0;t=12, "8/hour";r=3;t=450'
+    assert denied.headers["RateLimit-Policy"] == '"5/minute";q=5;w=60, "8/hour";q=8;w=3600'
 
 
-async def test_retry_after_is_enough(client: httpx.AsyncClient) -> None:
-    assert (await get(client, "key-dave")).status_code == 200
-    denied = await get(client, "key-dave")
+def test_retry_after_is_enough(gateway: str) -> None:
+    assert get(gateway, "key-dave").status_code == 200
+    denied = get(gateway, "key-dave")
     assert denied.status_code == 429
     wait = int(denied.headers["Retry-After"])
-    assert wait == 1  # 250 ms rounded up to a whole second
-    await asyncio.sleep(wait)
-    assert (await get(client, "key-dave")).status_code == 200
+    assert wait == 1  # just under 1000 ms, rounded up to a whole second
+    time.sleep(wait)
+    assert get(gateway, "key-dave").status_code == 200
 
 
-async def test_tiers_file_is_reread(client: httpx.AsyncClient, tiers_file: Path) -> None:
-    assert (await get(client, "key-carol")).status_code == 200
-    assert (await get(client, "key-carol")).status_code == 429
-    assert (await get(client, "key-erin")).status_code == 401
-    # carol moves to the free tier and erin gets a key: no restart
-    text = tiers_file.read_text().replace("{user: carol, tier: tiny}", "{user: carol, tier: free}")
-    tiers_file.write_text(text + "  key-erin:    {user: erin, tier: tiny}\n")
-    r = await get(client, "key-carol")
-    # the new limits apply at once; a change never mints tokens, so carol's
-    # empty bucket waits for its next token at the free tier's capacity
-    assert (r.status_code, r.headers["RateLimit-Limit"], r.headers["Retry-After"]) == (429, "5", "60")
-    assert (await get(client, "key-erin")).status_code == 200
+def test_tiers_file_is_reread(gateway: str, tiers_file: Path) -> None:
+    assert get(gateway, "key-carol").status_code == 401
+    tiers_file.write_text(TIERS + "  key-carol:   {user: carol, tier: fast}\n")
+    r = get(gateway, "key-carol")
+    assert r.status_code == 200 and r.headers["RateLimit"] == '"1/second";r=0;t=1'
 
 
-async def test_unknown_key(client: httpx.AsyncClient) -> None:
-    r = await client.get("/v1/models")
-    assert r.status_code == 401 and "RateLimit-Limit" not in r.headers
+def test_a_backlog_deeper_than_the_wait(gateway: str) -> None:
+    """Twelve requests at once on a tier of 2/s (burst 2) that waits up to
+    3 s: the burst and the turns within 3 s are served, in turn; the others
+    are refused at once, each with a Retry-After. The sixth turn is due 3 s
+    after the burst, so whether it fits depends on the milliseconds between
+    a request's arrival and its reservation: 7 or 8 are served."""
+
+    async def burst() -> list[tuple[int, float, httpx.Headers]]:
+        async with httpx.AsyncClient(base_url=gateway, timeout=30) as c:
+            async def one() -> tuple[int, float, httpx.Headers]:
+                start = time.monotonic()
+                r = await c.get("/v1/models", headers={"X-API-Key": "key-erin"})
+                return r.status_code, time.monotonic() - start, r.headers
+
+            return await asyncio.gather(*(one() for _ in range(12)))
+
+    start = time.monotonic()
+    results = asyncio.run(burst())
+    elapsed = time.monotonic() - start
+    served = sorted(t for code, t, _ in results if code == 200)
+    refused = [(t, h) for code, t, h in results if code == 429]
+    assert len(served) in (7, 8) and len(served) + len(refused) == 12, [code for code, _, _ in results]
+    assert len(served) <= 2 + 2 * elapsed, "never more than capacity + rate * T"
+    # served in turn: the last one waited about 3 s, one turn per 0.5 s
+    assert 2.9 <= served[-1] < 4.0, served
+    assert all(t < 1.0 and int(h["Retry-After"]) >= 1 for t, h in refused), refused

@@ -1,16 +1,25 @@
 """Fenced code blocks of the documentation, with their doctest directives.
 
-Every fenced block of README.md and docs/**/*.md is found with markdown-it-py
-(the CommonMark parser, so fences inside list items and block quotes count
-too). A block may be preceded, with nothing but blank lines between, by one
-HTML comment that tells the harness how to treat it:
+Every fenced block of README.md, docs/**/*.md and clients/*/README.md is
+found with markdown-it-py (the CommonMark parser, so fences inside list
+items and block quotes count too) and run by its language (runners.py):
+
+- ``console``: a terminal transcript (``$ command`` lines and what they
+  print), replayed and compared (transcript.py has the timing rule);
+- ``sh``/``bash``: run in the repository's root, which must stay clean;
+- ``python``: run with the docs venv's interpreter;
+- ``conf``: a redis.conf, loaded into a real server and read back;
+- ``rust``: must be an ``excerpt=`` of a tested file;
+- ``js``/``javascript``: the Node runner's hook.
+
+Any other language, a block without one, and an indented code block fail.
+A block may be preceded, with nothing but blank lines between, by one HTML
+comment that says what it is or what it needs:
 
     <!-- doctest: WORD WORD KEY=VALUE KEY="VALUE WITH SPACES" -->
 
-The vocabulary (DIRECTIVES below lists it) is kept small; runners.py says
-what each word does. A ``<!-- doctest: ... -->`` comment that precedes no
-fence, an unknown word, or a block with no language tag is an error of the
-whole document, so nothing goes untested by accident.
+DIRECTIVES below is the whole vocabulary. An unknown word fails its block;
+a doctest comment that precedes no fence fails the document.
 """
 
 from __future__ import annotations
@@ -29,19 +38,25 @@ DIRECTIVES: dict[str, str] = {
     "differ by N% of the one shown (for measurements)",
     "part": "see output",
     "tolerance": "see output",
-    "dry-run": "sh: checked (bash -n, and `make -n` for each make line) but not run: "
-    "for commands that never end or that run this harness",
-    "excerpt": "excerpt=FILE: the block is a verbatim excerpt of FILE, which make test "
-    "compiles and runs",
+    "dry-run": "sh: checked but not run (bash -n; `make -n` for each make line; "
+    "`apt-get install -s` for each apt-get install line): for commands that never end, "
+    "change the machine, or run this harness",
+    "excerpt": "excerpt=FILE: the block is a verbatim excerpt (indentation aside) of FILE, "
+    "which a make rule or a test names",
     "file": "file=NAME: the block is the file NAME, written into the scratch directory "
     "of every later block of the same document (one of which must use it)",
-    "servers": "servers=all: run on every server of TEST_SERVERS, not just the first",
-    "server": "server=lua: a server without the module (the Lua fallback); "
-    "server=none: no server",
+    "servers": "servers=all: run on every server of TEST_SERVERS, not just the first "
+    "(the default for console blocks; servers=first runs one of those on the first only)",
+    "server": "server=lua: a server without the module (the Lua fallback); server=cluster: "
+    "a three-master cluster (6379 in the block is its first node); server=none: no server",
     "config": 'config="NAME VALUE; NAME VALUE": extra redis.conf lines for the server',
     "serve": "serve=PORT: the block's first line starts a server that runs until Ctrl-C on "
     "PORT; it runs in the background on a free port put in place of PORT (also $PORT) "
     "while the other lines run, then it is stopped",
+    "background": 'background="COMMAND" ready=REGEX: COMMAND (a Celery worker, say) runs in '
+    "the scratch directory beside the file= blocks while the block runs, which starts once "
+    "COMMAND has printed a line matching REGEX; then it is stopped",
+    "ready": "see background",
     "acl": "acl=USER:ALLOWS:DENIES (repeatable; ALLOWS and DENIES are comma-separated "
     "suites or command names): once the block is applied, USER (password from its "
     ">password rule) runs every command of the ALLOWS suites without error and gets NOPERM, "
@@ -55,6 +70,17 @@ DIRECTIVES: dict[str, str] = {
 
 _DIRECTIVE = re.compile(r"^\s*<!--\s*doctest:(.*?)-->\s*$", re.S)
 _ANY_DIRECTIVE = re.compile(r"<!--\s*doctest:", re.I)
+
+
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _where(doc: Path) -> str:
+    """``doc`` relative to the repository's root when it is inside it."""
+    try:
+        return str(doc.resolve().relative_to(_ROOT))
+    except ValueError:
+        return doc.name
 
 
 class DocError(Exception):
@@ -83,7 +109,8 @@ class Block:
 
     @property
     def name(self) -> str:
-        return f"{self.doc.name}:{self.line}:{self.lang}"
+        """``README.md:16:console``: where the block is, from the repository's root."""
+        return f"{_where(self.doc)}:{self.line}:{self.lang}"
 
     def has(self, word: str) -> bool:
         return word in self.words
@@ -139,13 +166,13 @@ def extract(doc: Path) -> list[Block]:
         if tok.type == "code_block":
             line = tok.map[0] + 1 if tok.map else 0
             raise DocError(
-                f"{doc.name}:{line}: an indented code block; use a fenced block with a "
+                f"{_where(doc)}:{line}: an indented code block; use a fenced block with a "
                 "language tag so the harness runs it"
             )
         if tok.type != "fence":
             continue
         line = tok.map[0] + 1 if tok.map else 0
-        where = f"{doc.name}:{line}"
+        where = f"{_where(doc)}:{line}"
         lang = tok.info.strip().split()[0] if tok.info.strip() else ""
         words: list[str] = []
         opts: dict[str, str] = {}
@@ -182,14 +209,16 @@ def extract(doc: Path) -> list[Block]:
             )
         if stray:
             raise DocError(
-                f"{doc.name}:{start + 1}: a doctest directive that does not immediately "
+                f"{_where(doc)}:{start + 1}: a doctest directive that does not immediately "
                 "precede a fenced block"
             )
     return blocks
 
 
 def documents(root: Path) -> list[Path]:
-    """README.md and every Markdown file under docs/."""
+    """README.md, every Markdown file under docs/, and the client packages'
+    READMEs (what pip and npm show their users)."""
     docs = [root / "README.md"]
     docs += sorted((root / "docs").rglob("*.md"))
+    docs += sorted(root.glob("clients/*/README.md"))
     return [d for d in docs if d.is_file()]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -25,8 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from fractions import Fraction
 from collections.abc import Callable, Iterator
+from fractions import Fraction
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,8 @@ class Context:
     #: Earlier acl blocks of the same document, by user name.
     acl_blocks: dict[str, Block] = field(default_factory=dict)
     server: servers.Server | None = None
+    #: With ``server=cluster``, every node (``server`` is the first).
+    nodes: list[servers.Server] = field(default_factory=list)
     scratch: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tb-doc-")))
     env: dict[str, str] = field(default_factory=dict)
 
@@ -68,12 +71,15 @@ class Context:
     def text(self, block: Block | None = None) -> str:
         """The block's text pointed at this run's server (and user)."""
         b = block or self.block
-        text = b.text
+        return self.point(b.text, run_as(b))
+
+    def point(self, text: str, user: str | None) -> str:
+        """``text`` with 6379 made this run's port, and redis:// URLs made
+        to log in as ``user``."""
         if self.server is not None:
             text = re.sub(r"\b6379\b", str(self.server.port), text)
-            user = run_as(b)
             if user:
-                password = aclcheck._password(self.acl_blocks[user].text, user)
+                password = aclcheck.password_of(self.acl_blocks[user].text, user)
                 text = re.sub(
                     rf"redis://(127\.0\.0\.1|localhost):{self.server.port}",
                     rf"redis://{user}:{password}@\1:{self.server.port}",
@@ -101,16 +107,28 @@ def prepare_env(ctx: Context) -> None:
     env["TB_MODULE"] = servers.module_path()
     env["REDIS_SERVER"] = ctx.binary
     env["TMPDIR"] = str(ctx.scratch)
+    user = run_as(ctx.block)
     if ctx.server is not None:
         env["REDIS_URL"] = ctx.server.url
+        if user:
+            password = aclcheck.password_of(ctx.acl_blocks[user].text, user)
+            env["REDIS_URL"] = f"redis://{user}:{password}@127.0.0.1:{ctx.server.port}/0"
         env["REDIS_PORT"] = str(ctx.server.port)
         wrapper = bin_dir / "redis-cli"
         # Port first: a -p in the block (already rewritten) comes later and wins.
-        wrapper.write_text(f'#!/bin/sh\nexec {_redis_cli()} -p {ctx.server.port} "$@"\n')
+        login = ""
+        if user:  # the password through the environment: no warning printed
+            login = f" --user {user}"
+            env["REDISCLI_AUTH"] = aclcheck.password_of(ctx.acl_blocks[user].text, user)
+        wrapper.write_text(
+            f'#!/bin/sh\nexec {_redis_cli()} -p {ctx.server.port}{login} "$@"\n'
+        )
         wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
     for name, text in ctx.files.items():
         (ctx.scratch / name).parent.mkdir(parents=True, exist_ok=True)
-        (ctx.scratch / name).write_text(text)
+        (ctx.scratch / name).write_text(ctx.point(text, user))
+    # Python blocks and background commands import the file= blocks.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ctx.scratch), env.get("PYTHONPATH")]))
     ctx.env = env
 
 
@@ -211,13 +229,7 @@ def run_sh(ctx: Context) -> None:
     script = ctx.scratch / "block.sh"
     text = ctx.text()
     if ctx.block.has("dry-run"):
-        script.write_text(text)
-        _run(["bash", "-n", str(script)], ctx, ROOT, "bash -n")
-        targets = re.findall(r"^\s*make\s+([\w.-]+)", text, re.M)
-        if not targets:
-            raise Failure("a dry-run block with no `make TARGET` line to check")
-        for target in targets:
-            _run(["make", "-n", target], ctx, ROOT, f"make -n {target}")
+        dry_run(ctx, text)
         return
     serve = ctx.block.opts.get("serve")
     with leaves_repo_clean():
@@ -227,6 +239,24 @@ def run_sh(ctx: Context) -> None:
         script.write_text("set -euo pipefail\n" + text)
         printed = _run(["bash", str(script)], ctx, ROOT, "the block")
     check_output(ctx, printed)
+
+
+def dry_run(ctx: Context, text: str) -> None:
+    """``dry-run``: the block's syntax (``bash -n``), every ``make TARGET``
+    line with ``make -n``, and every ``apt-get install`` line simulated
+    (``-s``: the packages exist in the configured sources)."""
+    script = ctx.scratch / "block.sh"
+    script.write_text(text)
+    _run(["bash", "-n", str(script)], ctx, ROOT, "bash -n")
+    for line in text.splitlines():
+        words = shlex.split(line, comments=True)
+        if words[:1] == ["sudo"]:
+            words = words[1:]
+        if words[:1] == ["make"]:
+            for target in [w for w in words[1:] if not w.startswith("-") and "=" not in w]:
+                _run(["make", "-n", target], ctx, ROOT, f"make -n {target}")
+        elif words[:2] == ["apt-get", "install"]:
+            _run(["apt-get", "install", "-s", *words[2:]], ctx, ROOT, f"apt-get install -s ({line})")
 
 
 def _run_serving(ctx: Context, text: str, doc_port: str) -> None:
@@ -257,14 +287,57 @@ def _run_serving(ctx: Context, text: str, doc_port: str) -> None:
         script.write_text("set -euo pipefail\n" + rest)
         printed = _run(["bash", str(script)], ctx, ROOT, "the block")
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        _stop_group(proc)
     check_output(ctx, printed)
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stops a process started in its own session, and its children."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@contextmanager
+def background(ctx: Context) -> Iterator[None]:
+    """``background="COMMAND" ready=REGEX``: COMMAND (a worker, say) runs
+    in the scratch directory, beside the file= blocks, from before the
+    block until after it; the block starts once COMMAND has printed a line
+    matching REGEX."""
+    command = ctx.block.opts.get("background")
+    if command is None:
+        yield
+        return
+    ready = ctx.block.opts.get("ready")
+    if not ready:
+        raise Failure("background= needs ready=REGEX: the line that says it is ready")
+    command = ctx.point(command, run_as(ctx.block))
+    log = ctx.scratch / "background.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            ["bash", "-c", command], cwd=ctx.scratch, env=ctx.env, stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + SERVE_DEADLINE_S
+        while not re.search(ready, log.read_text(errors="replace"), re.M):
+            if proc.poll() is not None:
+                raise Failure(f"{command!r} exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+            if time.monotonic() > deadline:
+                raise Failure(
+                    f"{command!r} printed nothing matching {ready!r} within {SERVE_DEADLINE_S} s:"
+                    f"\n{log.read_text()[-4000:]}"
+                )
+            time.sleep(0.1)
+        yield
+        if proc.poll() is not None:
+            raise Failure(f"{command!r} exited during the block:\n{log.read_text()[-4000:]}")
+    finally:
+        _stop_group(proc)
 
 
 def run_python(ctx: Context) -> None:
@@ -298,7 +371,7 @@ def _normalize(value: str) -> str:
 def check_conf(ctx: Context) -> None:
     """Every setting of a conf block is in force on the server it started."""
     assert ctx.server is not None
-    admin = aclcheck._admin(ctx.server.port)
+    admin = aclcheck.admin_client(ctx.server.port)
     problems = []
     for line in ctx.block.text.splitlines():
         words = line.split()
@@ -315,8 +388,8 @@ def check_conf(ctx: Context) -> None:
         if name not in {k.decode() if isinstance(k, bytes) else k for k in got}:
             problems.append(f"{name}: CONFIG GET does not know it")
             continue
-        value = next(iter(got.values()))
-        value = value.decode() if isinstance(value, bytes) else value
+        raw = next(iter(got.values()))
+        value = raw.decode() if isinstance(raw, bytes) else str(raw)
         if _normalize(value) != _normalize(" ".join(words[1:])):
             problems.append(f"{name}: the block sets {' '.join(words[1:])!r}, the server has {value!r}")
     if problems:
@@ -339,10 +412,22 @@ def run_excerpt(ctx: Context) -> None:
     have = path.read_text().splitlines()
     if not _contains(have, want):
         raise Failure(f"the block is not a verbatim excerpt of {name}")
+    if not _used_by_tests(path):
+        raise Failure(
+            f"{name} is named by no test and no make rule (Makefile, mk/, tests/, "
+            "clients/*/tests/, examples/**/test_*)"
+        )
+
+
+def _used_by_tests(path: Path) -> bool:
+    """Whether a make rule or a test names ``path`` (by its name without the
+    extension, as ``cargo --example rust_client`` does)."""
+    users = [ROOT / "Makefile", *(ROOT / "mk").glob("*.mk"), *(ROOT / "tests").rglob("*.rs")]
+    users += [*(ROOT / "clients").glob("*/tests/**/*"), *(ROOT / "examples").rglob("test_*")]
     stem = path.stem
-    used = [p for p in [ROOT / "Makefile", *sorted((ROOT / "mk").glob("*.mk"))] if stem in p.read_text()]
-    if not used:
-        raise Failure(f"{name} is not built or run by the Makefile or mk/*.mk")
+    return any(
+        u.is_file() and u != path and stem in u.read_text(errors="replace") for u in users
+    )
 
 
 def _contains(have: list[str], want: list[str]) -> bool:
@@ -397,8 +482,8 @@ def start_server(ctx: Context) -> None:
     kind = b.opts.get("server", "module")
     if kind == "none":
         return
-    if kind not in ("module", "lua"):
-        raise Failure(f"unknown server={kind} (module, lua or none)")
+    if kind not in ("module", "lua", "cluster"):
+        raise Failure(f"unknown server={kind} (module, lua, cluster or none)")
     conf = "\n".join(line.strip() for line in b.opts.get("config", "").split(";"))
     user = run_as(b)
     if user:
@@ -411,37 +496,57 @@ def start_server(ctx: Context) -> None:
     conf += "\n" + aclcheck.ADMIN_CONF
     if b.acl:
         conf += "\n" + aclcheck.UNPROTECTED_CONF
-    ctx.server = servers.start(ctx.binary, module=kind == "module", conf_text=conf)
+    if kind == "cluster":
+        ctx.nodes = servers.start_cluster(ctx.binary, conf_text=conf)
+        ctx.server = ctx.nodes[0]
+    else:
+        ctx.server = servers.start(ctx.binary, module=kind == "module", conf_text=conf)
 
 
 def run_block(ctx: Context) -> None:
     """Runs one block against one server; Failure when it does not do what
     the document says."""
     b = ctx.block
-    if b.problem:
-        raise Failure(b.problem)
-    if "excerpt" in b.opts:
-        run_excerpt(ctx)
-        return
-    runner = RUNNERS.get(b.lang)
-    if runner is None:
-        raise Failure(
-            f"no runner for ```{b.lang} blocks (runners: {', '.join(sorted(RUNNERS))}); "
-            "a block that is not for copying needs a doctest directive (tools/doctest/blocks.py)"
-        )
-    start_server(ctx)
     try:
+        if b.problem:
+            raise Failure(b.problem)
+        if "excerpt" in b.opts:
+            run_excerpt(ctx)
+            return
+        runner = RUNNERS.get(b.lang)
+        if runner is None:
+            raise Failure(
+                f"no runner for ```{b.lang} blocks (runners: {', '.join(sorted(RUNNERS))}); "
+                "a block that is not for copying needs a doctest directive "
+                "(tools/doctest/blocks.py)"
+            )
+        start_server(ctx)
         prepare_env(ctx)
         user = run_as(b)
         if user and ctx.acl_blocks[user].lang == "console":
-            transcript.replay(ctx.text(ctx.acl_blocks[user]), ctx.env, str(ROOT))
-        runner(ctx)
+            # Applied by the default user, as the document's reader would.
+            transcript.replay(ctx.text(ctx.acl_blocks[user]), _default_user_env(ctx), str(ROOT))
+        with background(ctx):
+            runner(ctx)
         for user, allows, denies in b.acl:
             aclcheck.check(ctx.port, b.text, user, allows, denies)
     finally:
-        if ctx.server is not None:
-            servers.stop(ctx.server)
+        for node in ctx.nodes or ([ctx.server] if ctx.server else []):
+            servers.stop(node)
         shutil.rmtree(ctx.scratch, ignore_errors=True)
+
+
+def _default_user_env(ctx: Context) -> dict[str, str]:
+    """ctx.env with a redis-cli that logs in as the default user."""
+    assert ctx.server is not None
+    bin_dir = ctx.scratch / "bin-default"
+    bin_dir.mkdir(exist_ok=True)
+    wrapper = bin_dir / "redis-cli"
+    wrapper.write_text(f'#!/bin/sh\nexec {_redis_cli()} -p {ctx.server.port} "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+    env = {k: v for k, v in ctx.env.items() if k != "REDISCLI_AUTH"}
+    env["PATH"] = os.pathsep.join([str(bin_dir), env["PATH"]])
+    return env
 
 
 def run_as(block: Block) -> str | None:

@@ -9,6 +9,7 @@ skip.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -53,10 +54,23 @@ def server_label(binary: str) -> str:
     return f"{name}-{version}"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_port(bus: bool = False) -> int:
+    """A free loopback port; with ``bus``, one whose cluster bus port (+10000)
+    is free too."""
+    if not bus:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    for _ in range(1000):
+        port = random.randint(20000, 55535)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 10000))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair for a cluster node")
 
 
 @dataclass
@@ -97,7 +111,7 @@ def start(
     lines.append(conf_text)
     conf.write_text("\n".join(lines) + "\n")
     for attempt in range(3):
-        port = free_port()
+        port = free_port(bus="cluster-enabled yes" in conf_text)
         args = [
             binary,
             str(conf),
@@ -166,3 +180,38 @@ def running(binary: str, **kw: object) -> Iterator[Server]:
         yield srv
     finally:
         stop(srv)
+
+
+CLUSTER_DEADLINE_S = 60.0
+
+
+def start_cluster(binary: str, masters: int = 3, conf_text: str = "") -> list[Server]:
+    """``masters`` nodes made a cluster with ``redis-cli --cluster create``
+    (no replicas), each with the module; returns once every node reports
+    ``cluster_state:ok``. The caller stops every node."""
+    node_conf = "cluster-enabled yes\ncluster-config-file nodes.conf\ncluster-node-timeout 5000\n"
+    nodes: list[Server] = []
+    try:
+        for _ in range(masters):
+            nodes.append(start(binary, conf_text=node_conf + conf_text))
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise RuntimeError("redis-cli is not installed: run `make deps`")
+        out = subprocess.run(
+            [cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in nodes),
+             "--cluster-replicas", "0", "--cluster-yes"],
+            capture_output=True, text=True, timeout=CLUSTER_DEADLINE_S,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"redis-cli --cluster create failed:\n{out.stdout}{out.stderr}")
+        deadline = time.monotonic() + CLUSTER_DEADLINE_S
+        for n in nodes:
+            while "cluster_state:ok" not in str(n.client().execute_command("CLUSTER", "INFO")):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"node {n.port} not ok within {CLUSTER_DEADLINE_S} s")
+                time.sleep(0.05)
+        return nodes
+    except BaseException:
+        for n in nodes:
+            stop(n)
+        raise

@@ -1,8 +1,8 @@
-"""Every fenced block of README.md and docs/**/*.md, run (``make test-docs``).
+"""Every fenced block of the docs (blocks.documents), run (``make test-docs``).
 
 One test per block and server: the first server of TEST_SERVERS, or every
-one for blocks whose behaviour differs by server (``servers=all``, and
-every acl block). A document the harness cannot read as written (a block
+one for blocks whose behaviour differs by server (``servers=all``, every
+acl block, and every console transcript unless ``servers=first``). A document the harness cannot read as written (a block
 without a language, a misplaced or unknown directive) is one failing test.
 """
 
@@ -54,12 +54,17 @@ def plan_document(found: list[Block], binaries: list[str]) -> list[Case]:
             continue
         if "file" in b.opts:
             name = b.opts["file"]
-            if not any(name in later.text for later in found[i + 1 :]):
+            # Named by a later block or its directive (a module by its import name).
+            names = {name, name.removesuffix(".py")}
+            later = [x.text + " ".join(x.opts.values()) for x in found[i + 1 :]]
+            if not any(n in text for n in names for text in later):
                 raise DocError(f"{b.name}: file={name} is used by no later block")
             files[name] = b.text
             continue
         follower = found[i + 1] if i + 1 < len(found) and found[i + 1].has("output") else None
-        everywhere = b.opts.get("servers") == "all" or bool(b.acl)
+        # Transcripts are cheap and show the module's replies: every server.
+        everywhere = b.opts.get("servers", "all" if b.lang == "console" else "") == "all"
+        everywhere = everywhere or bool(b.acl)
         for binary in binaries if everywhere else binaries[:1]:
             cases.append(Case(b, binary, dict(files), follower, dict(acl_blocks)))
         for user, _, _ in b.acl:

@@ -6,7 +6,9 @@ verdict, so a harness that passed everything would fail here.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
+import sys
 
 import pytest
 
@@ -133,13 +135,13 @@ def timing(slack_ms: float) -> transcript.Timing:
         (transcript.Countdown(1), "(integer) 1000", "(integer) 1001", 0, False),
         (transcript.Countdown(1), "(integer) -1", "(integer) 0", 50, False),
         (transcript.Countdown(1000), "(integer) 2", "(integer) 1", 10, True),
-        (transcript.Tokens(transcript.Fraction(1)), '"4"', '"4.013"', 12, True),
-        (transcript.Tokens(transcript.Fraction(1)), '"4"', '"4.5"', 12, False),
-        (transcript.Tokens(transcript.Fraction(1)), '"4"', '"3.999"', 12, False),
-        (transcript.Tokens(transcript.Fraction(10)), "(integer) 4", "(integer) 5", 99, True),
-        (transcript.Tokens(transcript.Fraction(10)), "(integer) 4", "(integer) 5", 50, False),
-        (transcript.Tokens(transcript.Fraction(10)), "(integer) 4", "(integer) 6", 150, False),
-        (transcript.Tokens(transcript.Fraction(10)), "(integer) 4", '"4"', 0, False),
+        (transcript.Tokens(Fraction(1)), '"4"', '"4.013"', 12, True),
+        (transcript.Tokens(Fraction(1)), '"4"', '"4.5"', 12, False),
+        (transcript.Tokens(Fraction(1)), '"4"', '"3.999"', 12, False),
+        (transcript.Tokens(Fraction(10)), "(integer) 4", "(integer) 5", 99, True),
+        (transcript.Tokens(Fraction(10)), "(integer) 4", "(integer) 5", 50, False),
+        (transcript.Tokens(Fraction(10)), "(integer) 4", "(integer) 6", 150, False),
+        (transcript.Tokens(Fraction(10)), "(integer) 4", '"4"', 0, False),
         (transcript.Clock(), "(integer) 1", "(integer) 1000050", 0, True),
         (transcript.Clock(), "(integer) 1", "(integer) 1000200", 0, False),
     ],
@@ -179,3 +181,132 @@ def test_a_denylist_leaks_what_the_readme_says(binary: str, rules: str) -> None:
         assert f"{leak}" in report and "was allowed" in report, (leak, report)
     if rules.startswith("+@all -tb"):
         assert "CONFIG SET tb.max-wait-ms 1 was allowed" in report
+
+
+# --- setup directives -------------------------------------------------------
+
+ACL_CONF = (
+    "<!-- doctest: acl=app::del -->\n```conf\nuser app on >pw resetkeys ~rl:* "
+    "resetchannels -@all +tb.consume\n```\n\n"
+)
+
+
+def test_a_block_runs_as_the_user_of_an_acl_block(tmp_path: Path) -> None:
+    as_app = (
+        "<!-- doctest: user=app -->\n```python\nimport os, redis\n"
+        "for key, url in (('rl:a', 'redis://127.0.0.1:6379/0'), ('rl:b', os.environ['REDIS_URL'])):\n"
+        "    r = redis.Redis.from_url(url)\n"
+        "    assert r.execute_command('TB.CONSUME', key, '1', '1')[0] == 1\n"
+        "    try:\n"
+        "        r.delete(key)\n"
+        "    except redis.exceptions.NoPermissionError:\n"
+        "        pass\n"
+        "    else:\n"
+        "        raise SystemExit('DEL was allowed')\n```\n"
+    )
+    run(tmp_path, ACL_CONF + as_app)
+
+
+def test_an_acl_claim_that_does_not_hold_fails(tmp_path: Path) -> None:
+    with pytest.raises(AssertionError, match="TB.MCONSUME .* was refused"):
+        run(tmp_path, ACL_CONF.replace("app::del", "app:limiter:del"))
+
+
+def test_the_lua_server_has_no_module(tmp_path: Path) -> None:
+    run(tmp_path, "<!-- doctest: server=lua -->\n```console\n$ redis-cli TB.INFO k\n"
+        "(error) ERR unknown command 'TB.INFO', with args beginning with: 'k' \n```\n")
+
+
+def test_a_file_block_is_there_for_later_blocks(tmp_path: Path) -> None:
+    run(tmp_path, "<!-- doctest: file=limits.txt -->\n```text\n5/s\n```\n\n"
+        "```sh\ntest \"$(cat \"$TMPDIR/limits.txt\")\" = 5/s\n```\n")
+
+
+def test_serve_runs_the_first_line_in_the_background(tmp_path: Path) -> None:
+    run(tmp_path, "<!-- doctest: serve=8000 -->\n```sh\n"
+        f"{sys.executable} -m http.server 8000 --bind 127.0.0.1 --directory \"$TMPDIR\"\n"
+        "curl -sf http://127.0.0.1:8000/ >/dev/null\n```\n")
+
+
+def test_a_cluster_block_runs_on_a_cluster(tmp_path: Path) -> None:
+    run(tmp_path, "<!-- doctest: server=cluster -->\n```python\n"
+        "from redis.cluster import RedisCluster\n"
+        "rc = RedisCluster.from_url('redis://127.0.0.1:6379/0')\n"
+        "assert len(rc.get_primaries()) == 3\n"
+        "for t in 'abcdefgh':\n"
+        "    assert rc.execute_command('TB.CONSUME', '{' + t + '}:k', '1', '1')[0] == 1\n```\n")
+
+
+def test_a_user_without_keys_is_checked_too(tmp_path: Path) -> None:
+    """A user with no key pattern (a metrics exporter allowed INFO and EVAL)
+    is tried on keys it cannot reach; the scripts it may run are refused
+    every command on them."""
+    run(tmp_path, "<!-- doctest: acl=exporter::tamper -->\n```conf\n"
+        "user exporter on >pw resetkeys resetchannels -@all +info +eval\n"
+        "user default on >admin ~* &* +@all\n```\n")
+
+
+def test_dry_run_checks_make_targets_and_packages(tmp_path: Path) -> None:
+    run(tmp_path, "<!-- doctest: dry-run -->\n```sh\nmake build\nsudo apt-get install -y redis-tools\n```\n")
+    with pytest.raises(runners.Failure, match="make -n no-such-target"):
+        run(tmp_path, "<!-- doctest: dry-run -->\n```sh\nmake no-such-target\n```\n")
+    with pytest.raises(runners.Failure, match="apt-get install -s"):
+        run(tmp_path, "<!-- doctest: dry-run -->\n```sh\napt-get install -y no-such-package-tb\n```\n")
+
+
+def test_an_excerpt_must_be_verbatim(tmp_path: Path) -> None:
+    run(tmp_path, "<!-- doctest: excerpt=examples/rust_client.rs -->\n```rust\n"
+        "fn main() -> redis::RedisResult<()> {\n```\n")
+    with pytest.raises(runners.Failure, match="not a verbatim excerpt"):
+        run(tmp_path, "<!-- doctest: excerpt=examples/rust_client.rs -->\n```rust\n"
+            "fn main() -> redis::RedisResult<()>{\n```\n")
+
+
+def test_redis_cli_runs_as_the_user_too(tmp_path: Path) -> None:
+    run(tmp_path, ACL_CONF + "<!-- doctest: user=app -->\n```console\n"
+        "$ redis-cli DEL rl:a\n(error) NOPERM this user has no permissions to run the 'del' command\n"
+        "$ redis-cli TB.CONSUME rl:a 1 1 0\n1) (integer) 1\n2) (integer) 1\n3) (integer) 0\n"
+        "4) (integer) 0\n5) (integer) 0\n```\n")
+
+
+def test_raw_output_gets_the_timing_rule_too(tmp_path: Path) -> None:
+    run(tmp_path, "```console\n$ redis-cli TB.CONSUME k 1 5\n1) (integer) 1\n2) (integer) 4\n"
+        "3) (integer) 0\n4) (integer) 1000\n5) (integer) 1\n$ redis-cli --raw TB.INFO k\n"
+        "tokens\n4\ncapacity\n5\nrate\n1\nupdated_at_ms\n1795236966776\n"
+        "reset_after_ms\n1000\nttl_ms\n1000\n```\n")
+
+
+def test_a_background_worker_serves_the_block(tmp_path: Path) -> None:
+    """The shape of a Celery recipe: the tasks in a file= block, a worker in
+    the background, the block that sends work to it."""
+    worker = (
+        "<!-- doctest: file=tasks.py -->\n```python\nimport redis\n"
+        "r = redis.Redis.from_url('redis://127.0.0.1:6379/0')\n"
+        "def serve():\n    print('worker ready', flush=True)\n"
+        "    while True:\n        _, job = r.blpop('jobs')\n        r.rpush('done', job.upper())\n```\n\n"
+        '<!-- doctest: background="python -c \'import tasks; tasks.serve()\'" ready="^worker ready" -->\n'
+        "```python\nfrom tasks import r\nr.rpush('jobs', 'a')\nprint(r.blpop('done', 10)[1].decode())\n```\n\n"
+        "<!-- doctest: output -->\n```text\nA\n```\n"
+    )
+    run(tmp_path, worker)
+    with pytest.raises(runners.Failure, match="exited with 0"):  # never ready
+        run(tmp_path, worker.replace("tasks.serve()", "tasks"))
+
+
+def test_a_celery_recipe_runs_with_a_real_worker(tmp_path: Path) -> None:
+    run(tmp_path, (
+        "<!-- doctest: file=tasks.py -->\n```python\nfrom celery import Celery\n"
+        "app = Celery('t', broker='redis://127.0.0.1:6379/0', backend='redis://127.0.0.1:6379/0')\n"
+        "@app.task\ndef double(x):\n    return 2 * x\n```\n\n"
+        '<!-- doctest: background="celery -A tasks worker --pool=prefork --concurrency=2 --loglevel=INFO" '
+        'ready="ready\\." -->\n'
+        "```python\nfrom tasks import double\nprint(double.delay(21).get(timeout=30))\n```\n\n"
+        "<!-- doctest: output -->\n```text\n42\n```\n"
+    ))
+
+
+def test_a_user_made_at_run_time_serves_a_later_block(tmp_path: Path) -> None:
+    run(tmp_path, "<!-- doctest: acl=app::del -->\n```console\n"
+        "$ redis-cli ACL SETUSER app on '>pw' resetkeys '~rl:*' -@all +tb.consume\nOK\n```\n\n"
+        "<!-- doctest: user=app -->\n```console\n$ redis-cli TB.CONSUME rl:a 1 1 0\n"
+        "1) (integer) 1\n2) (integer) 1\n3) (integer) 0\n4) (integer) 0\n5) (integer) 0\n```\n")

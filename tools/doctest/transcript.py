@@ -207,16 +207,17 @@ def rules_for(argv: list[str], rates: dict[str, Fraction], expected: list[str]) 
         if name == "TB.REFUND" and args and args[0] in rates:
             return {1: Tokens(rates[args[0]])}
         if name == "TB.INFO":
-            fields = [_value(line)[1] for line in expected]
+            # Field names are quoted on a terminal, bare with --raw.
+            fields = [_value(line)[1].strip('"') for line in expected]
             named = dict(zip(fields[0::2], fields[1::2]))
-            rate = parse_rate(named.get('"rate"', "").strip('"'))
+            rate = parse_rate(named.get("rate", ""))
             rules = {}
             for j, f in enumerate(fields[0::2]):
-                if f == '"tokens"' and rate is not None:
+                if f == "tokens" and rate is not None:
                     rules[2 * j + 2] = Tokens(rate)
-                elif f in ('"reset_after_ms"', '"ttl_ms"'):
+                elif f in ("reset_after_ms", "ttl_ms"):
                     rules[2 * j + 2] = ms
-                elif f == '"updated_at_ms"':
+                elif f == "updated_at_ms":
                     rules[2 * j + 2] = Clock()
             return rules
         if name == "PTTL":

@@ -40,8 +40,14 @@ def server(request: pytest.FixtureRequest) -> Server:
 
 
 @pytest.fixture
-def limiter(server: Server) -> Limiter:
-    """A Limiter on ``auto``: it must pick the module, or the script."""
-    lim = Limiter(server.url)
+def limiter(server: Server) -> Iterator[Limiter]:
+    """A Limiter on ``auto`` over a client made for the test: the first call
+    must pick the module, or the script."""
+    client = server.client()
+    lim = Limiter(client)
+    assert lim.backend is None, "decided by the first call, not by a probe"
+    lim.bucket("probe", 1, 1).peek()
     assert lim.backend == ("module" if server.with_module else "lua")
-    return lim
+    client.flushall()
+    yield lim
+    client.close()

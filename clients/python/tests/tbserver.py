@@ -6,6 +6,7 @@ TB_MODULE (default ``target/release/libtb.so`` at the repository root)."""
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -47,13 +48,38 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_cluster_port() -> int:
+    """A free port at most 55535 whose cluster bus port (+10000) is free too."""
+    for _ in range(1000):
+        port = random.randint(20000, 55535)
+        if _is_free(port) and _is_free(port + 10000):
+            return port
+    raise RuntimeError("no free port pair for a cluster node on 127.0.0.1")
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 class Server:
     """A redis-server child process on 127.0.0.1, with or without the module."""
 
-    def __init__(self, *, with_module: bool, extra: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        with_module: bool,
+        extra: list[str] | None = None,
+        module_args: list[str] | None = None,
+        port: int | None = None,
+    ) -> None:
         self.with_module = with_module
         self.dir = tempfile.mkdtemp(prefix="tb-py-")
-        self.port = free_port()
+        self.port = port or free_port()
         args = [
             redis_server_bin(),
             "--port", str(self.port),
@@ -64,7 +90,7 @@ class Server:
             "--logfile", "redis.log",
         ]
         if with_module:
-            args += ["--loadmodule", module_path()]
+            args += ["--loadmodule", module_path(), *(module_args or [])]
         args += extra or []
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, cwd=self.dir)
         self._wait_ready()
@@ -72,6 +98,10 @@ class Server:
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
+
+    def connections_received(self) -> int:
+        """Connections the server has accepted since it started."""
+        return int(self.client().info("stats")["total_connections_received"])
 
     def client(self, **kwargs: object) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)  # type: ignore[arg-type]

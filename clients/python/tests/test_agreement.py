@@ -63,7 +63,7 @@ class Pair:
     def __init__(self, module_server: Server, plain_server: Server) -> None:
         self.servers = (module_server, plain_server)
         self.raw = tuple(s.client() for s in self.servers)
-        self.limiters = (Limiter(module_server.url), Limiter(plain_server.url))
+        self.limiters = (Limiter.from_url(module_server.url, backend="module"), Limiter.from_url(plain_server.url, backend="lua"))
         assert [lim.backend for lim in self.limiters] == ["module", "lua"]
         for r in self.raw:
             r.flushall()

@@ -19,9 +19,12 @@ def _child(lim: Limiter, parent_client_id: int, out: "mp.Queue[tuple[int, int, b
     out.put((os.getpid(), int(lim.client.client_id()), r.allowed and parent_client_id > 0))
 
 
-@pytest.mark.parametrize("workers", [4])
-def test_limiter_survives_fork(server: Server, workers: int) -> None:
-    lim = Limiter(server.url)
+@pytest.mark.parametrize("how", ["from_url", "client passed in"])
+def test_limiter_survives_fork(server: Server, how: str) -> None:
+    """from_url makes a client per process; a redis.Redis passed in is used
+    as is, and redis-py's pool opens new connections in a forked child."""
+    workers = 4
+    lim = Limiter.from_url(server.url) if how == "from_url" else Limiter(server.client())
     bucket = lim.bucket("fork", FROZEN, 100)
     assert bucket.consume().allowed  # the parent connects before forking
     parent_id = int(lim.client.client_id())

@@ -1,50 +1,24 @@
-"""What the sync and asyncio clients share: how each operation is spelled as
-a command, how the backend is chosen, and the Lua fallback's source."""
+"""How each operation is spelled as a command, the Lua fallback's source, and
+how the server's errors are read."""
 
 from __future__ import annotations
 
+import hashlib
 import math
+import re
 from dataclasses import dataclass
-from decimal import Decimal
-from fractions import Fraction
 from importlib import resources
-from typing import Union
 
 #: Source of the Lua fallback (``tb.lua`` in this package).
 SCRIPT: str = resources.files(__package__).joinpath("tb.lua").read_text(encoding="utf-8")
+#: Its SHA-1, as ``EVALSHA`` takes it.
+SCRIPT_SHA: str = hashlib.sha1(SCRIPT.encode()).hexdigest()
 
-#: A rate as the commands take it: ``"10"``, ``"0.5"``, ``"100/m"``, or a number.
-RateLike = Union[str, int, float, Decimal, Fraction]
+#: The longest wait the module accepts by default (``tb.max-wait-ms``), and
+#: the one the Lua fallback always accepts.
+DEFAULT_MAX_WAIT_MS = 60_000
 
-#: Key used to probe whether the server has the module (never written).
-PROBE_KEY = "tb:probe"
-
-#: The longest wait the module accepts by default (``tb.max-wait-ms``).
-DEFAULT_TIMEOUT = 60.0
-
-
-def rate_arg(rate: RateLike) -> str:
-    """The rate as the commands' argument. Strings pass unchanged (``"100/m"``);
-    floats use their shortest exact repr (``0.5`` -> ``"0.5"``)."""
-    if isinstance(rate, bool):
-        raise TypeError("rate must be a number or a string, not bool")
-    if isinstance(rate, str):
-        return rate
-    if isinstance(rate, int):
-        return str(rate)
-    if isinstance(rate, float):
-        if not math.isfinite(rate) or rate < 0:
-            raise ValueError(f"rate must be finite and non-negative, got {rate!r}")
-        return repr(rate)
-    if isinstance(rate, Decimal):
-        return format(rate, "f")
-    if isinstance(rate, Fraction):
-        if rate.denominator == 1:
-            return str(rate.numerator)
-        # Exact only when the denominator divides a power of ten; otherwise
-        # the caller should pass a string such as "100/m".
-        return format(Decimal(rate.numerator) / Decimal(rate.denominator), "f")
-    raise TypeError(f"unsupported rate type {type(rate).__name__}")
+_MAX_WAIT = re.compile(r"wait exceeds tb\.max-wait-ms(?: \((\d+)\))?")
 
 
 def amount_arg(n: int, what: str = "n") -> str:
@@ -78,11 +52,29 @@ class Call:
             return (self.name, len(self.keys), *self.keys, *self.args)
         return (self.name, *self.keys, *self.args)
 
-    def script_args(self) -> list[str]:
+    def script_args(self) -> tuple[str, ...]:
         """ARGV for the Lua fallback: the command name, then its arguments."""
-        return [self.name, *self.args]
+        return (self.name, *self.args)
 
 
-def is_unknown_command(error: Exception) -> bool:
-    """True for the server's reply to a command it does not know."""
-    return "unknown command" in str(error).lower()
+def is_unknown_command(error: BaseException) -> bool:
+    """True for the server's reply to a command it does not know, or a
+    cluster client's refusal to route one (``... command doesn't exist in
+    Redis commands``)."""
+    text = str(error).lower()
+    return "unknown command" in text or "command doesn't exist" in text
+
+
+def is_noscript(error: BaseException) -> bool:
+    """True for ``NOSCRIPT``: the script is not in the server's cache."""
+    return str(error).startswith("NOSCRIPT") or type(error).__name__ == "NoScriptError"
+
+
+def max_wait_error(error: BaseException) -> tuple[bool, int | None]:
+    """Whether ``error`` is ``ERR wait exceeds tb.max-wait-ms (N)``, and N
+    (the server's limit in ms) when the server says it (servers before this
+    client's version do not)."""
+    m = _MAX_WAIT.search(str(error))
+    if not m:
+        return False, None
+    return True, int(m.group(1)) if m.group(1) else None

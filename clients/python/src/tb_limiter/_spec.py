@@ -4,18 +4,24 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from ._protocol import Call, RateLike, amount_arg, rate_arg, wait_ms
+from ._protocol import Call, amount_arg
+from ._rates import LimitSpec, RateLike, is_limits_string, parse_limits, rate_arg
 
 
 class BucketSpec:
     """A key with its limits: ``rate`` tokens per second (``10``, ``"0.5"``,
-    ``"100/m"``), burst ``capacity``. Every request carries the limits, so
-    changing them here changes them for the key (refill is settled at the old
-    rate first; tokens never grow by a change)."""
+    ``"100/m"``) and burst ``capacity``, or a ``limits``-style string
+    (``"100/minute"``: capacity 100 unless given). Every request carries the
+    limits, so changing them here changes them for the key (refill is
+    settled at the old rate first; tokens never grow by a change)."""
 
     __slots__ = ("key", "rate", "capacity")
 
-    def __init__(self, key: str | bytes, rate: RateLike, capacity: int) -> None:
+    def __init__(self, key: str | bytes, rate: RateLike, capacity: int | None = None) -> None:
+        if capacity is None:
+            if not (isinstance(rate, str) and is_limits_string(rate)):
+                raise TypeError("capacity is required unless the rate is written like '100/minute'")
+            capacity = parse_limits(rate)[0].amount
         self.key = key
         self.rate = rate_arg(rate)
         self.capacity = int(amount_arg(capacity, "capacity"))
@@ -30,13 +36,11 @@ class BucketSpec:
         args = (*self._limits(), amount_arg(n))
         return Call("TB.CONSUME", (self.key,), (*args, "ATMOST") if atmost else args)
 
-    def _reserve_call(self, n: int, max_wait: float) -> Call:
-        args = (*self._limits(), amount_arg(n), "RESERVE", str(wait_ms(max_wait)))
-        return Call("TB.CONSUME", (self.key,), args)
+    def _reserve_call(self, n: int, ms: int) -> Call:
+        return Call("TB.CONSUME", (self.key,), (*self._limits(), amount_arg(n), "RESERVE", str(ms)))
 
-    def _block_call(self, n: int, timeout: float) -> Call:
-        args = (*self._limits(), amount_arg(n), "BLOCK", str(wait_ms(timeout)))
-        return Call("TB.CONSUME", (self.key,), args)
+    def _block_call(self, n: int, ms: int) -> Call:
+        return Call("TB.CONSUME", (self.key,), (*self._limits(), amount_arg(n), "BLOCK", str(ms)))
 
     def _refund_call(self, n: int) -> Call:
         return Call("TB.REFUND", (self.key,), (amount_arg(n),))
@@ -45,16 +49,32 @@ class BucketSpec:
         return Call("TB.INFO", (self.key,), ())
 
 
-def mconsume_call(parts: Iterable[tuple[BucketSpec, int]], max_wait: float | None) -> Call:
-    """TB.MCONSUME over ``(bucket, n)`` pairs, with RESERVE when ``max_wait``
-    is given."""
-    items: Sequence[tuple[BucketSpec, int]] = list(parts)
+def mconsume_call(items: Sequence[tuple[BucketSpec, int]], ms: int | None) -> Call:
+    """TB.MCONSUME over ``(bucket, n)`` pairs, with RESERVE ``ms`` when given."""
     if not items:
         raise ValueError("consume_many needs at least one (bucket, n) pair")
     keys = tuple(b.key for b, _ in items)
     args: list[str] = []
     for b, n in items:
         args += [*b._limits(), amount_arg(n)]
-    if max_wait is not None:
-        args += ["RESERVE", str(wait_ms(max_wait))]
+    if ms is not None:
+        args += ["RESERVE", str(ms)]
     return Call("TB.MCONSUME", keys, tuple(args))
+
+
+def group_key(key: str, limit: LimitSpec) -> str:
+    """The key of one limit of a group: ``rl:{alice}:10/1s`` for a key with a
+    hash tag (``rl:{alice}``), else ``rl:alice:{rl:alice}:10/1s``. The keys
+    of a group share a cluster slot (TB.MCONSUME needs it) and start with
+    the key given (so ACL key patterns such as ``~rl:*`` cover them)."""
+    start = key.find("{")
+    tagged = start >= 0 and key.find("}", start + 1) > start + 1
+    return f"{key}:{limit.key_suffix}" if tagged else f"{key}:{{{key}}}:{limit.key_suffix}"
+
+
+def group_specs(key: str, limits: str | Iterable[LimitSpec]) -> list[tuple[LimitSpec, BucketSpec]]:
+    """One bucket per limit of ``limits`` (``"10/second;1000/day"``)."""
+    parsed = parse_limits(limits) if isinstance(limits, str) else list(limits)
+    if not parsed:
+        raise ValueError("no limits given")
+    return [(lim, BucketSpec(group_key(key, lim), lim.rate, lim.amount)) for lim in parsed]

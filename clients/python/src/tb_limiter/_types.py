@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from decimal import Decimal
+from typing import Literal, Mapping, Sequence
 
 #: Which implementation answers: the native module or the Lua script.
 Backend = Literal["module", "lua"]
@@ -93,31 +94,39 @@ class MultiResult:
 
 @dataclass(frozen=True)
 class BucketInfo:
-    """The reply of ``TB.INFO``: the bucket as of now (read-only)."""
+    """The reply of ``TB.INFO``: the bucket as of now (read-only).
 
-    tokens: str
-    """Exact decimal, negative while reservations are pending."""
+    ``tokens`` is exact (the server keeps nano-tokens); ``rate`` is the
+    server's decimal, exact when it terminates within 12 decimals (``0.5``;
+    ``100/m`` reads ``1.666666666667``)."""
+
+    tokens: Decimal
+    """Tokens as of now; negative while reservations are pending."""
     capacity: int
-    rate: str
-    """Tokens per second as a decimal string."""
+    rate: Decimal
+    """Tokens per second."""
     updated_at_ms: int
+    """Server time (ms since the epoch) of the stored state."""
     reset_after_ms: int
+    """Milliseconds until full, rounded up; -1 if never."""
     ttl_ms: int
+    """Milliseconds until the key expires; -1 without expiry."""
 
     @classmethod
-    def from_reply(cls, reply: Sequence[object]) -> "BucketInfo":
-        """Builds the info from the flat field/value array."""
-        fields: dict[str, object] = {}
-        for name, value in zip(reply[0::2], reply[1::2]):
+    def from_reply(cls, reply: Sequence[object] | Mapping[object, object]) -> "BucketInfo":
+        """Builds the info from the flat field/value array (or a RESP3 map)."""
+        pairs = reply.items() if isinstance(reply, Mapping) else zip(reply[0::2], reply[1::2])
+        fields: dict[str, str] = {}
+        for name, value in pairs:
             key = name.decode() if isinstance(name, bytes) else str(name)
-            fields[key] = value.decode() if isinstance(value, bytes) else value
+            fields[key] = value.decode() if isinstance(value, bytes) else str(value)
         return cls(
-            tokens=str(fields["tokens"]),
-            capacity=int(fields["capacity"]),  # type: ignore[call-overload]
-            rate=str(fields["rate"]),
-            updated_at_ms=int(fields["updated_at_ms"]),  # type: ignore[call-overload]
-            reset_after_ms=int(fields["reset_after_ms"]),  # type: ignore[call-overload]
-            ttl_ms=int(fields["ttl_ms"]),  # type: ignore[call-overload]
+            tokens=Decimal(fields["tokens"]),
+            capacity=int(fields["capacity"]),
+            rate=Decimal(fields["rate"]),
+            updated_at_ms=int(fields["updated_at_ms"]),
+            reset_after_ms=int(fields["reset_after_ms"]),
+            ttl_ms=int(fields["ttl_ms"]),
         )
 
 

@@ -1,134 +1,290 @@
-"""The asyncio client: :class:`AsyncLimiter` and :class:`AsyncTokenBucket`,
-the same operations as :mod:`tb_limiter.sync`, awaited."""
+"""The asyncio client: :class:`AsyncLimiter`, :class:`AsyncTokenBucket` and
+:class:`AsyncBucketGroup`, the same operations as :mod:`tb_limiter.sync`,
+awaited.
+
+Cancellation (``asyncio.timeout``, a task cancelled, an ASGI client gone)
+takes effect at once, and what it leaves behind is finished in the
+background: a reservation whose sleep is cancelled is given back
+(``TB.REFUND``), and so is a grant or reservation whose reply was still on
+its way (the command is shielded, so the reply is read, not lost).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import os
-from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Iterable, Literal, TypeVar, cast
+from types import TracebackType
+from typing import Any, Awaitable, Callable, Iterable, Literal, Sequence, TypeVar, Union, cast
 
 import redis
 import redis.asyncio as aredis
-from redis.commands.core import AsyncScript
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
-from ._protocol import DEFAULT_TIMEOUT, PROBE_KEY, SCRIPT, Call, RateLike, is_unknown_command
-from ._spec import BucketSpec, mconsume_call
-from ._types import Backend, BucketInfo, MultiResult, RateLimited, Result
+from . import _core
+from ._core import Block, Command, Plan, Sleep
+from ._protocol import Call
+from ._rates import LimitSpec, RateLike
+from ._spec import BucketSpec, group_specs
+from ._types import Backend, BucketInfo, MultiResult, Result
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+T = TypeVar("T")
 
+#: The redis-py asyncio clients an :class:`AsyncLimiter` takes.
+AsyncClient = Union[aredis.Redis, AsyncRedisCluster]
 
-@dataclass(frozen=True)
-class _Conn:
-    """The connection state of one process and event loop."""
-
-    pid: int
-    loop: asyncio.AbstractEventLoop
-    client: aredis.Redis
-    backend: Backend
-    script: AsyncScript | None
+#: How long ``aclose`` lets background refunds finish.
+CLOSE_DEADLINE = 5.0
 
 
 class AsyncLimiter:
-    """Entry point of the asyncio client (FastAPI, aiohttp, ...).
-
-    Like :class:`tb_limiter.Limiter`, it holds a URL or a client factory and
-    creates its client lazily, once per process and per event loop, so it is
-    safe to create at import time and across forks.
-    """
+    """Entry point of the asyncio client (FastAPI, aiohttp, ...):
+    ``AsyncLimiter(redis.asyncio.Redis(...))``, or
+    ``AsyncLimiter.from_url(url)`` for a client made lazily per process and
+    event loop. The same options as :class:`tb_limiter.Limiter`."""
 
     def __init__(
         self,
-        url: str = "redis://127.0.0.1:6379/0",
+        client: AsyncClient,
         *,
-        client_factory: Callable[[], aredis.Redis] | None = None,
         backend: Backend | Literal["auto"] = "auto",
-        **redis_kwargs: Any,
+        blocking_client: aredis.Redis | None = None,
     ) -> None:
         if backend not in ("auto", "module", "lua"):
             raise ValueError(f"backend must be 'auto', 'module' or 'lua', not {backend!r}")
-        self._factory = client_factory or (lambda: aredis.Redis.from_url(url, **redis_kwargs))
-        self._wanted = backend
-        self._conn_state: _Conn | None = None
+        if isinstance(client, str):
+            raise TypeError("AsyncLimiter takes a redis.asyncio client; use AsyncLimiter.from_url(url) for a URL")
+        if blocking_client is not None and not isinstance(blocking_client, aredis.Redis):
+            raise TypeError("blocking_client must be a redis.asyncio.Redis (server-side waits need one connection)")
+        if blocking_client is not None and isinstance(client, AsyncRedisCluster):
+            raise TypeError("blocking_client needs a single-node client: on a cluster, waits are reserved "
+                            "and slept on the client")
+        self._setup(client, None, backend, blocking_client)
 
-    async def _conn(self) -> _Conn:
-        loop = asyncio.get_running_loop()
-        c = self._conn_state
-        if c is not None and c.pid == os.getpid() and c.loop is loop:
-            return c
-        client = self._factory()
-        backend: Backend
-        if self._wanted == "auto":
-            backend = await _detect(client)
+    def _setup(
+        self,
+        client: AsyncClient | None,
+        factory: Callable[[], AsyncClient] | None,
+        backend: Backend | Literal["auto"],
+        blocking_client: aredis.Redis | None,
+    ) -> None:
+        self._given = client
+        self._factory = factory
+        self._own: tuple[int, asyncio.AbstractEventLoop | None, AsyncClient] | None = None
+        self._server = _core.ServerState(None if backend == "auto" else backend)
+        self._blocking = blocking_client
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        backend: Backend | Literal["auto"] = "auto",
+        cluster: bool = False,
+        **redis_kwargs: Any,
+    ) -> "AsyncLimiter":
+        """A limiter that makes its own client from ``url``, lazily, once per
+        process and event loop (so it is safe to create at import time).
+        ``cluster=True`` makes a ``RedisCluster``. With ``max_connections``,
+        the pool waits for a free connection instead of failing (a
+        ``BlockingConnectionPool``): concurrent calls share the connections."""
+        if backend not in ("auto", "module", "lua"):
+            raise ValueError(f"backend must be 'auto', 'module' or 'lua', not {backend!r}")
+        if cluster:
+
+            def factory() -> AsyncClient:
+                return AsyncRedisCluster.from_url(url, **redis_kwargs)
+
         else:
-            backend = self._wanted
-        script = client.register_script(SCRIPT) if backend == "lua" else None
-        c = _Conn(os.getpid(), loop, client, backend, script)
-        self._conn_state = c
-        return c
+            kwargs = dict(redis_kwargs)
+            default = aredis.BlockingConnectionPool if "max_connections" in kwargs else aredis.ConnectionPool
+            pool_class = kwargs.pop("connection_pool_class", default)
 
-    async def backend(self) -> Backend:
-        """``"module"`` or ``"lua"``: which implementation answers."""
-        return (await self._conn()).backend
+            def factory() -> AsyncClient:
+                return aredis.Redis.from_pool(pool_class.from_url(url, **kwargs))
 
-    async def client(self) -> aredis.Redis:
-        """The redis client of this process and event loop."""
-        return (await self._conn()).client
+        self = cls.__new__(cls)
+        self._setup(None, factory, backend, None)
+        return self
+
+    @property
+    def client(self) -> AsyncClient:
+        """The redis client: the one passed in, or this process's and event
+        loop's own (made here, without awaiting, so concurrent first calls
+        share one)."""
+        if self._given is not None:
+            return self._given
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        own = self._own
+        if own is None or own[0] != os.getpid() or own[1] is not loop:
+            assert self._factory is not None
+            own = (os.getpid(), loop, self._factory())
+            self._own = own
+        return own[2]
+
+    @property
+    def backend(self) -> Backend | None:
+        """``"module"`` or ``"lua"``; None until the first call has decided."""
+        return self._server.backend
+
+    @property
+    def max_wait(self) -> float | None:
+        """The server's longest wait in seconds, once it has refused a longer one."""
+        ms = self._server.max_wait_ms
+        return None if ms is None else ms / 1000
 
     async def aclose(self) -> None:
-        """Closes this process's client (call on shutdown)."""
-        c = self._conn_state
-        if c is not None and c.pid == os.getpid():
-            self._conn_state = None
-            await c.client.aclose()
+        """Lets background refunds finish (a few seconds at most), then
+        closes the client this limiter made (:meth:`from_url`). A client
+        passed in is the caller's to close."""
+        pending = [t for t in self._tasks if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=CLOSE_DEADLINE)
+        own = self._own
+        if own is not None and own[0] == os.getpid():
+            self._own = None
+            await _aclose(own[2])
 
-    async def execute(self, call: Call) -> Any:
-        """Runs one command on the module or through the Lua fallback."""
-        c = await self._conn()
-        if c.script is None:
-            return await c.client.execute_command(*call.module_args())
-        return await c.script(keys=list(call.keys), args=call.script_args(), client=c.client)
+    async def __aenter__(self) -> "AsyncLimiter":
+        return self
 
-    def bucket(self, key: str | bytes, rate: RateLike, capacity: int) -> "AsyncTokenBucket":
+    async def __aexit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    def bucket(self, key: str | bytes, rate: RateLike, capacity: int | None = None) -> "AsyncTokenBucket":
         """The bucket under ``key`` refilling at ``rate`` tokens/s up to ``capacity``."""
         return AsyncTokenBucket(self, key, rate, capacity)
 
+    def limits(self, key: str, limits: str | Iterable[LimitSpec]) -> "AsyncBucketGroup":
+        """Several limits on one key, checked together: ``"10/second;1000/day"``."""
+        return AsyncBucketGroup(self, key, limits)
+
     async def consume_many(
-        self, parts: Iterable[tuple[BucketSpec, int]], *, max_wait: float | None = None
+        self, parts: Iterable[tuple[BucketSpec, int]], *, max_wait: float | None = None, reserve: bool | None = None
     ) -> MultiResult:
-        """TB.MCONSUME, all-or-nothing; see :meth:`tb_limiter.Limiter.consume_many`."""
-        return MultiResult.from_reply(await self.execute(mconsume_call(parts, max_wait)))
+        """TB.MCONSUME, all or nothing; see :meth:`tb_limiter.Limiter.consume_many`."""
+        items = list(parts)
+        use = max_wait is not None if reserve is None else reserve
+        return await self._run(_core.consume_many(self._server, items, max_wait, use), items)
 
     async def acquire_many(
-        self, parts: Iterable[tuple[BucketSpec, int]], *, timeout: float = DEFAULT_TIMEOUT
+        self, parts: Iterable[tuple[BucketSpec, int]], *, timeout: float | None = None
     ) -> MultiResult:
         """Reserves every ``(bucket, n)`` at once and sleeps the returned wait."""
         items = list(parts)
-        r = await self.consume_many(items, max_wait=timeout)
-        if not r.allowed:
-            raise RateLimited(",".join(repr(b.key) for b, _ in items), r)
-        if r.retry_after_ms > 0:
-            await asyncio.sleep(r.retry_after)
-        return r
+        return await self._run(_core.acquire_many(self._server, items, timeout), items)
 
-    async def _can_block(self, timeout: float) -> bool:
-        c = await self._conn()
-        if c.backend != "module":
-            return False
-        sock_timeout = c.client.connection_pool.connection_kwargs.get("socket_timeout")
-        return sock_timeout is None or sock_timeout > timeout + 1.0
+    async def execute(self, call: Call) -> Any:
+        """Runs one command on the module or through the Lua fallback."""
+        return await self._run(_core.execute(self._server, call))
+
+    # The driver: runs a plan's steps (see tb_limiter._core).
+
+    async def _run(
+        self, plan: Plan[T], items: Sequence[tuple[BucketSpec, int]] = (), error: BaseException | None = None
+    ) -> T:
+        value: Any = None
+        while True:
+            try:
+                step = plan.send(value) if error is None else plan.throw(error)
+            except StopIteration as done:
+                return cast(T, done.value)
+            value, error = None, None
+            if isinstance(step, Command):
+                task = asyncio.ensure_future(self.client.execute_command(*step.args))
+                try:
+                    value = await asyncio.shield(task)
+                except asyncio.CancelledError as e:
+                    if task.cancelled():
+                        error = e
+                        continue
+                    # The caller is cancelled; the reply is still coming.
+                    self._spawn(self._after_cancel(plan, task, items))
+                    raise
+                except BaseException as e:  # noqa: BLE001 (thrown into the plan, which decides)
+                    error = e
+            elif isinstance(step, Sleep):
+                try:
+                    await asyncio.sleep(step.seconds)
+                except asyncio.CancelledError:
+                    self._spawn(self._after_cancel(plan, None, items))
+                    raise
+            elif isinstance(step, Block):
+                try:
+                    value = await self._block(step)
+                except asyncio.CancelledError:
+                    # A cancelled server-side wait cannot be given back: the
+                    # server keeps a disconnected waiter's reservation.
+                    plan.close()
+                    raise
+                except BaseException as e:  # noqa: BLE001
+                    error = e
+
+    async def _after_cancel(
+        self, plan: Plan[Any], pending: asyncio.Future[Any] | None, items: Sequence[tuple[BucketSpec, int]]
+    ) -> None:
+        """Finishes a plan whose caller was cancelled: reads the reply that
+        was on its way, then delivers the cancellation at the plan's next
+        step, where it gives back what it reserved. A plan that had already
+        finished took something its caller never saw: that is given back."""
+        try:
+            if pending is not None:
+                try:
+                    value, error = await pending, None
+                except BaseException as e:  # noqa: BLE001
+                    value, error = None, e
+                try:
+                    plan.send(value) if error is None else plan.throw(error)
+                except StopIteration as done:
+                    await self._run(_core.undo(self._server, _core.taken_by(done.value, items)))
+                    return
+            await self._run(plan, items, asyncio.CancelledError())
+        except BaseException as e:  # noqa: BLE001 (the caller has gone; report, never raise)
+            if not isinstance(e, asyncio.CancelledError):
+                _core.log.warning("tb_limiter: clean-up after a cancelled call failed: %r", e)
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _block(self, step: Block) -> tuple[int, Any] | None:
+        client = self._blocking
+        if client is None:
+            return None
+        pool = client.connection_pool
+        conn = await _get_connection(pool)
+        try:
+            cap = _core.block_cap(step.ms, getattr(conn, "socket_timeout", None))
+            if cap is None:
+                return None
+            args = step.call(cap).module_args()
+            await conn.send_command(*args)
+            return cap, await client.parse_response(conn, str(args[0]))
+        except redis.ResponseError:
+            raise
+        except BaseException:
+            await conn.disconnect(nowait=True)  # the reply may still come: never reuse it
+            raise
+        finally:
+            await pool.release(conn)
 
 
-async def _detect(client: aredis.Redis) -> Backend:
+async def _get_connection(pool: Any) -> Any:
     try:
-        await client.execute_command("TB.INFO", PROBE_KEY)
-    except redis.ResponseError as e:
-        if is_unknown_command(e):
-            return "lua"
-        raise
-    return "module"
+        return await pool.get_connection()
+    except TypeError:  # redis-py < 5.3 requires a command name
+        return await pool.get_connection("TB.CONSUME")
+
+
+async def _aclose(client: AsyncClient) -> None:
+    close = getattr(client, "aclose", None) or client.close
+    await close()
 
 
 class AsyncTokenBucket(BucketSpec):
@@ -136,64 +292,102 @@ class AsyncTokenBucket(BucketSpec):
 
     __slots__ = ("limiter",)
 
-    def __init__(
-        self, limiter: AsyncLimiter, key: str | bytes, rate: RateLike, capacity: int
-    ) -> None:
+    def __init__(self, limiter: AsyncLimiter, key: str | bytes, rate: RateLike, capacity: int | None = None) -> None:
         super().__init__(key, rate, capacity)
         self.limiter = limiter
 
+    def _mine(self, n: int) -> list[tuple[BucketSpec, int]]:
+        return [(self, n)]
+
     async def consume(self, n: int = 1, *, atmost: bool = False) -> Result:
         """Takes ``n`` tokens now or none (``atmost``: as many as are there)."""
-        return Result.from_reply(await self.limiter.execute(self._consume_call(n, atmost=atmost)))
+        lim = self.limiter
+        return await lim._run(_core.consume(lim._server, self, n, atmost), self._mine(n))
 
     async def peek(self) -> Result:
         """Whether one request would be served now, changing nothing."""
         return await self.consume(0)
 
-    async def reserve(self, n: int = 1, *, max_wait: float) -> Result:
-        """RESERVE: take the tokens into debt if they come within ``max_wait``."""
-        return Result.from_reply(await self.limiter.execute(self._reserve_call(n, max_wait)))
+    async def reserve(self, n: int = 1, *, max_wait: float | None = None) -> Result:
+        """RESERVE: take the tokens into debt if they come within ``max_wait``
+        (see :meth:`tb_limiter.TokenBucket.reserve`)."""
+        lim = self.limiter
+        return await lim._run(_core.reserve(lim._server, self, n, max_wait), self._mine(n))
 
-    async def acquire(self, n: int = 1, *, timeout: float = DEFAULT_TIMEOUT) -> Result:
-        """Waits (BLOCK on the module, RESERVE and one sleep on the Lua
-        fallback) until ``n`` tokens are taken; raises :class:`RateLimited`
-        if that takes longer than ``timeout`` seconds or can never happen."""
-        if await self.limiter._can_block(timeout):
-            r = Result.from_reply(await self.limiter.execute(self._block_call(n, timeout)))
-        else:
-            r = await self.reserve(n, max_wait=timeout)
-        if not r.allowed:
-            raise RateLimited(str(self.key), r)
-        if r.retry_after_ms > 0:
-            await asyncio.sleep(r.retry_after)
-        return r
+    async def acquire(self, n: int = 1, *, timeout: float | None = None) -> Result:
+        """Reserves, then sleeps on the client; cancelled, it gives the
+        tokens back. Raises :class:`RateLimited` at once when the wait would
+        be longer than ``timeout`` or can never end."""
+        lim = self.limiter
+        plan = _core.acquire(lim._server, self, n, timeout, lim._blocking is not None)
+        return await lim._run(plan, self._mine(n))
 
     async def refund(self, n: int) -> int | None:
         """Gives back ``n`` tokens; the whole tokens now, or None if missing."""
-        reply = await self.limiter.execute(self._refund_call(n))
-        return None if reply is None else int(reply)
+        lim = self.limiter
+        return await lim._run(_core.refund(lim._server, self, n))
 
     async def info(self) -> BucketInfo | None:
         """The bucket as of now, or None for a missing key."""
-        reply = await self.limiter.execute(self._info_call())
-        return None if reply is None else BucketInfo.from_reply(reply)
+        lim = self.limiter
+        return await lim._run(_core.info(lim._server, self))
 
-    def limit(self, n: int = 1, *, timeout: float = DEFAULT_TIMEOUT) -> "AsyncLimit":
+    def limit(self, n: int = 1, *, timeout: float | None = None) -> "AsyncLimit":
         """An async decorator and ``async with`` context manager that acquires
         ``n`` tokens first."""
-        return AsyncLimit(self, n, timeout)
+        return AsyncLimit(lambda: self.acquire(n, timeout=timeout))
+
+
+class AsyncBucketGroup:
+    """Several limits on one key, checked together (see :class:`tb_limiter.BucketGroup`)."""
+
+    __slots__ = ("limiter", "specs", "buckets")
+
+    def __init__(self, limiter: AsyncLimiter, key: str, limits: str | Iterable[LimitSpec]) -> None:
+        self.limiter = limiter
+        pairs = group_specs(key, limits)
+        self.specs = [lim for lim, _ in pairs]
+        self.buckets = [AsyncTokenBucket(limiter, b.key, b.rate, b.capacity) for _, b in pairs]
+
+    def _parts(self, n: int) -> list[tuple[BucketSpec, int]]:
+        return [(b, n) for b in self.buckets]
+
+    async def consume(self, n: int = 1) -> MultiResult:
+        """Takes ``n`` from every limit now, or nothing."""
+        return await self.limiter.consume_many(self._parts(n))
+
+    async def peek(self) -> MultiResult:
+        """Whether one request would be served now, changing nothing."""
+        return await self.consume(0)
+
+    async def reserve(self, n: int = 1, *, max_wait: float | None = None) -> MultiResult:
+        """Reserves ``n`` from every limit."""
+        return await self.limiter.consume_many(self._parts(n), max_wait=max_wait, reserve=True)
+
+    async def acquire(self, n: int = 1, *, timeout: float | None = None) -> MultiResult:
+        """Waits until ``n`` are taken from every limit."""
+        return await self.limiter.acquire_many(self._parts(n), timeout=timeout)
+
+    async def refund(self, n: int) -> None:
+        """Gives ``n`` back to every limit."""
+        for b in self.buckets:
+            await b.refund(n)
+
+    def limit(self, n: int = 1, *, timeout: float | None = None) -> "AsyncLimit":
+        """An async decorator and context manager that acquires ``n`` first."""
+        return AsyncLimit(lambda: self.acquire(n, timeout=timeout))
 
 
 class AsyncLimit:
     """See :meth:`AsyncTokenBucket.limit`."""
 
-    __slots__ = ("bucket", "n", "timeout")
+    __slots__ = ("_acquire",)
 
-    def __init__(self, bucket: AsyncTokenBucket, n: int, timeout: float) -> None:
-        self.bucket, self.n, self.timeout = bucket, n, timeout
+    def __init__(self, acquire: Callable[[], Awaitable[Any]]) -> None:
+        self._acquire = acquire
 
-    async def __aenter__(self) -> Result:
-        return await self.bucket.acquire(self.n, timeout=self.timeout)
+    async def __aenter__(self) -> Any:
+        return await self._acquire()
 
     async def __aexit__(self, *exc: object) -> None:
         return None
@@ -201,7 +395,7 @@ class AsyncLimit:
     def __call__(self, fn: F) -> F:
         @functools.wraps(fn)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            await self.bucket.acquire(self.n, timeout=self.timeout)
+            await self._acquire()
             return await fn(*args, **kwargs)
 
         return cast(F, wrapper)

@@ -1,142 +1,240 @@
-"""The blocking client: :class:`Limiter` and :class:`TokenBucket`."""
+"""The blocking client: :class:`Limiter`, :class:`TokenBucket` and
+:class:`BucketGroup`."""
 
 from __future__ import annotations
 
 import functools
 import os
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Literal, TypeVar, cast
+from types import TracebackType
+from typing import Any, Callable, Iterable, Literal, Sequence, TypeVar, Union, cast
 
 import redis
-from redis.commands.core import Script
+from redis.cluster import RedisCluster
 
-from ._protocol import DEFAULT_TIMEOUT, PROBE_KEY, SCRIPT, Call, RateLike, is_unknown_command
-from ._spec import BucketSpec, mconsume_call
-from ._types import Backend, BucketInfo, MultiResult, RateLimited, Result
+from . import _core
+from ._core import Block, Command, Plan, Sleep
+from ._protocol import Call
+from ._rates import LimitSpec, RateLike
+from ._spec import BucketSpec, group_specs
+from ._types import Backend, BucketInfo, MultiResult, Result
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
-
-@dataclass(frozen=True)
-class _Conn:
-    """The connection state of one process: never used after a fork."""
-
-    pid: int
-    client: redis.Redis
-    backend: Backend
-    script: Script | None
+#: The redis-py clients a :class:`Limiter` takes.
+SyncClient = Union[redis.Redis, RedisCluster]
 
 
 class Limiter:
-    """Entry point of the blocking client.
+    """Entry point of the blocking client: ``Limiter(redis_client)``.
 
-    Holds a redis URL (or a factory of ``redis.Redis`` clients), never a
-    connection across a fork: the client is created lazily in each process
-    (``os.getpid()`` is checked on every call), so a Limiter made at import
-    time in a Celery or gunicorn parent is safe in every forked worker.
+    ``client`` is a ``redis.Redis`` or a ``redis.cluster.RedisCluster``,
+    used as is (the limiter never closes it). :meth:`from_url` makes its own
+    client instead, lazily and once per process, which is fork-safe.
 
-    ``backend="auto"`` uses the tb module when the server has it and the Lua
-    fallback (same commands, same replies) otherwise; ``"module"`` or
-    ``"lua"`` force one.
+    ``backend="auto"`` uses the tb module and falls back to the Lua script
+    (same commands, same replies) the first time the server answers
+    "unknown command"; ``"module"`` or ``"lua"`` force one.
+
+    Waiting (``acquire``) reserves and sleeps on the client, holding no
+    connection. With ``blocking_client`` (a ``redis.Redis`` used for nothing
+    else), ``acquire`` asks the module to hold the reply instead (``BLOCK``):
+    one round trip and a wake-up at the exact time, but one connection held
+    per waiter, capped by the server's ``tb.max-blocked``.
     """
 
     def __init__(
         self,
-        url: str = "redis://127.0.0.1:6379/0",
+        client: SyncClient,
         *,
-        client_factory: Callable[[], redis.Redis] | None = None,
         backend: Backend | Literal["auto"] = "auto",
-        **redis_kwargs: Any,
+        blocking_client: redis.Redis | None = None,
     ) -> None:
         if backend not in ("auto", "module", "lua"):
             raise ValueError(f"backend must be 'auto', 'module' or 'lua', not {backend!r}")
-        self._factory = client_factory or (lambda: redis.Redis.from_url(url, **redis_kwargs))
-        self._wanted = backend
-        self._conn_state: _Conn | None = None
+        if isinstance(client, str):
+            raise TypeError("Limiter takes a redis client; use Limiter.from_url(url) for a URL")
+        if blocking_client is not None and not isinstance(blocking_client, redis.Redis):
+            raise TypeError("blocking_client must be a redis.Redis (server-side waits need one connection)")
+        if blocking_client is not None and isinstance(client, RedisCluster):
+            raise TypeError("blocking_client needs a single-node client: on a cluster, waits are reserved "
+                            "and slept on the client")
+        self._setup(client, None, backend, blocking_client)
 
-    def _conn(self) -> _Conn:
-        c = self._conn_state
-        if c is not None and c.pid == os.getpid():
-            return c
-        # A new process (or the first call): the parent's client, if any, is
-        # left alone (closing it here could shut the parent's sockets).
-        client = self._factory()
-        backend: Backend
-        if self._wanted == "auto":
-            backend = _detect(client)
+    def _setup(
+        self,
+        client: SyncClient | None,
+        factory: Callable[[], SyncClient] | None,
+        backend: Backend | Literal["auto"],
+        blocking_client: redis.Redis | None,
+    ) -> None:
+        self._given = client
+        self._factory = factory
+        self._own: tuple[int, SyncClient] | None = None
+        self._server = _core.ServerState(None if backend == "auto" else backend)
+        self._blocking = blocking_client
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        backend: Backend | Literal["auto"] = "auto",
+        cluster: bool = False,
+        **redis_kwargs: Any,
+    ) -> "Limiter":
+        """A limiter that makes its own client from ``url`` (and
+        ``redis_kwargs``), lazily and once per process: safe to create at
+        import time in a Celery, gunicorn or uwsgi parent. ``cluster=True``
+        makes a ``RedisCluster``. With ``max_connections``, the pool waits for
+        a free connection instead of failing (a ``BlockingConnectionPool``)."""
+        if cluster:
+
+            def factory() -> SyncClient:
+                return RedisCluster.from_url(url, **redis_kwargs)
+
         else:
-            backend = self._wanted
-        script = client.register_script(SCRIPT) if backend == "lua" else None
-        c = _Conn(os.getpid(), client, backend, script)
-        self._conn_state = c
-        return c
+            kwargs = dict(redis_kwargs)
+            default = redis.BlockingConnectionPool if "max_connections" in kwargs else redis.ConnectionPool
+            pool_class = kwargs.pop("connection_pool_class", default)
+
+            def factory() -> SyncClient:
+                return redis.Redis.from_pool(pool_class.from_url(url, **kwargs))
+
+        if backend not in ("auto", "module", "lua"):
+            raise ValueError(f"backend must be 'auto', 'module' or 'lua', not {backend!r}")
+        self = cls.__new__(cls)
+        self._setup(None, factory, backend, None)
+        return self
 
     @property
-    def backend(self) -> Backend:
-        """``"module"`` or ``"lua"``: which implementation answers."""
-        return self._conn().backend
+    def client(self) -> SyncClient:
+        """The redis client: the one passed in, or this process's own."""
+        if self._given is not None:
+            return self._given
+        own = self._own
+        if own is None or own[0] != os.getpid():
+            # A new process (or the first call): the parent's client, if
+            # any, is left alone; closing it here could shut its sockets.
+            assert self._factory is not None
+            own = (os.getpid(), self._factory())
+            self._own = own
+        return own[1]
 
     @property
-    def client(self) -> redis.Redis:
-        """This process's redis client."""
-        return self._conn().client
+    def backend(self) -> Backend | None:
+        """``"module"`` or ``"lua"``: which implementation answers; None
+        until the first call has decided (``backend="auto"``)."""
+        return self._server.backend
+
+    @property
+    def max_wait(self) -> float | None:
+        """The server's longest wait in seconds, once it has refused a
+        longer one (``tb.max-wait-ms``); None until then."""
+        ms = self._server.max_wait_ms
+        return None if ms is None else ms / 1000
+
+    def close(self) -> None:
+        """Closes the client this limiter made (:meth:`from_url`) in this
+        process. A client passed in is the caller's to close."""
+        own = self._own
+        if own is not None and own[0] == os.getpid():
+            self._own = None
+            own[1].close()
+
+    def __enter__(self) -> "Limiter":
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def bucket(self, key: str | bytes, rate: RateLike, capacity: int | None = None) -> "TokenBucket":
+        """The bucket under ``key`` refilling at ``rate`` tokens/s up to
+        ``capacity`` (``rate="100/minute"`` alone: capacity 100)."""
+        return TokenBucket(self, key, rate, capacity)
+
+    def limits(self, key: str, limits: str | Iterable[LimitSpec]) -> "BucketGroup":
+        """Several limits on one key, checked together (all or nothing):
+        ``limiter.limits("api:alice", "10/second;1000/day")``."""
+        return BucketGroup(self, key, limits)
+
+    def consume_many(
+        self, parts: Iterable[tuple[BucketSpec, int]], *, max_wait: float | None = None, reserve: bool | None = None
+    ) -> MultiResult:
+        """TB.MCONSUME: all or nothing across ``(bucket, n)`` pairs (e.g.
+        requests and tokens per minute). With ``max_wait`` (seconds), every
+        bucket goes into debt if all will have refilled by then, and
+        ``retry_after`` says how long to wait before proceeding."""
+        items = list(parts)
+        use = max_wait is not None if reserve is None else reserve
+        return self._run(_core.consume_many(self._server, items, max_wait, use), items)
+
+    def acquire_many(self, parts: Iterable[tuple[BucketSpec, int]], *, timeout: float | None = None) -> MultiResult:
+        """Takes every ``(bucket, n)`` at once, waiting up to ``timeout``
+        seconds (default: as long as the server lets a reservation reach):
+        one reservation, then one sleep on the client. Raises
+        :class:`RateLimited` when that is not enough."""
+        items = list(parts)
+        return self._run(_core.acquire_many(self._server, items, timeout), items)
 
     def execute(self, call: Call) -> Any:
         """Runs one command on the module or through the Lua fallback and
         returns the raw reply."""
-        c = self._conn()
-        if c.script is None:
-            return c.client.execute_command(*call.module_args())
-        return c.script(keys=list(call.keys), args=call.script_args(), client=c.client)
+        return self._run(_core.execute(self._server, call))
 
-    def bucket(self, key: str | bytes, rate: RateLike, capacity: int) -> "TokenBucket":
-        """The bucket under ``key`` refilling at ``rate`` tokens/s up to ``capacity``."""
-        return TokenBucket(self, key, rate, capacity)
+    # The driver: runs a plan's steps (see tb_limiter._core).
 
-    def consume_many(
-        self, parts: Iterable[tuple[BucketSpec, int]], *, max_wait: float | None = None
-    ) -> MultiResult:
-        """TB.MCONSUME: all-or-nothing across ``(bucket, n)`` pairs (e.g.
-        requests and tokens per minute). With ``max_wait`` (seconds), every
-        bucket goes into debt if all will have refilled by then and
-        ``retry_after`` says how long to wait before proceeding."""
-        return MultiResult.from_reply(self.execute(mconsume_call(parts, max_wait)))
+    def _run(self, plan: Plan[T], items: Sequence[tuple[BucketSpec, int]] = ()) -> T:
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = plan.send(value) if error is None else plan.throw(error)
+            except StopIteration as done:
+                return cast(T, done.value)
+            value, error = None, None
+            try:
+                if isinstance(step, Command):
+                    run: Callable[..., Any] = self.client.execute_command
+                    value = run(*step.args)
+                elif isinstance(step, Sleep):
+                    time.sleep(step.seconds)
+                elif isinstance(step, Block):
+                    value = self._block(step)
+            except BaseException as e:  # noqa: BLE001 (thrown into the plan, which decides)
+                error = e
 
-    def acquire_many(
-        self, parts: Iterable[tuple[BucketSpec, int]], *, timeout: float = DEFAULT_TIMEOUT
-    ) -> MultiResult:
-        """Takes every ``(bucket, n)`` at once, waiting up to ``timeout``
-        seconds: one reservation (RESERVE), then one sleep for the returned
-        wait; never polls. Raises :class:`RateLimited` if that is too long."""
-        items = list(parts)
-        r = self.consume_many(items, max_wait=timeout)
-        if not r.allowed:
-            raise RateLimited(",".join(repr(b.key) for b, _ in items), r)
-        if r.retry_after_ms > 0:
-            time.sleep(r.retry_after)
-        return r
+    def _block(self, step: Block) -> tuple[int, Any] | None:
+        """``TB.CONSUME ... BLOCK`` on a connection of the blocking client,
+        capped by that connection's real socket timeout."""
+        client = self._blocking
+        if client is None:
+            return None
+        pool = client.connection_pool
+        conn = _get_connection(pool)
+        try:
+            cap = _core.block_cap(step.ms, getattr(conn, "socket_timeout", None))
+            if cap is None:
+                return None
+            args = step.call(cap).module_args()
+            conn.send_command(*args)
+            parse: Callable[..., Any] = client.parse_response
+            return cap, parse(conn, str(args[0]))
+        except redis.ResponseError:
+            raise
+        except BaseException:
+            conn.disconnect()  # the reply may still come: never reuse it
+            raise
+        finally:
+            pool.release(conn)
 
-    def _can_block(self, timeout: float) -> bool:
-        """BLOCK is used with the module, unless the connection's socket
-        timeout could expire while the server holds the reply."""
-        c = self._conn()
-        if c.backend != "module":
-            return False
-        kwargs = c.client.connection_pool.connection_kwargs
-        sock_timeout = kwargs.get("socket_timeout")
-        return sock_timeout is None or sock_timeout > timeout + 1.0
 
-
-def _detect(client: redis.Redis) -> Backend:
-    """``module`` if the server knows TB.INFO, else ``lua``."""
+def _get_connection(pool: Any) -> Any:
     try:
-        client.execute_command("TB.INFO", PROBE_KEY)
-    except redis.ResponseError as e:
-        if is_unknown_command(e):
-            return "lua"
-        raise
-    return "module"
+        return pool.get_connection()
+    except TypeError:  # redis-py < 5.3 requires a command name
+        return pool.get_connection("TB.CONSUME")
 
 
 class TokenBucket(BucketSpec):
@@ -144,59 +242,58 @@ class TokenBucket(BucketSpec):
 
     __slots__ = ("limiter",)
 
-    def __init__(self, limiter: Limiter, key: str | bytes, rate: RateLike, capacity: int) -> None:
+    def __init__(self, limiter: Limiter, key: str | bytes, rate: RateLike, capacity: int | None = None) -> None:
         super().__init__(key, rate, capacity)
         self.limiter = limiter
+
+    def _mine(self, n: int) -> list[tuple[BucketSpec, int]]:
+        return [(self, n)]
 
     def consume(self, n: int = 1, *, atmost: bool = False) -> Result:
         """Takes ``n`` tokens now or none (``atmost``: as many as are there,
         at least one; ``granted`` says how many). ``n = 0`` is a peek."""
-        return Result.from_reply(self.limiter.execute(self._consume_call(n, atmost=atmost)))
+        lim = self.limiter
+        return lim._run(_core.consume(lim._server, self, n, atmost), self._mine(n))
 
     def peek(self) -> Result:
         """Whether one request would be served now, changing nothing."""
         return self.consume(0)
 
-    def reserve(self, n: int = 1, *, max_wait: float) -> Result:
-        """RESERVE: if the tokens will be there within ``max_wait`` seconds,
-        takes them now (into debt) and returns ``allowed`` with the wait in
-        ``retry_after``; the caller waits that long, then proceeds. Later
-        callers queue behind: first come, first served across the fleet."""
-        return Result.from_reply(self.limiter.execute(self._reserve_call(n, max_wait)))
+    def reserve(self, n: int = 1, *, max_wait: float | None = None) -> Result:
+        """RESERVE: if the tokens will be there within ``max_wait`` seconds
+        (default and most: what the server accepts, 60 s or its
+        ``tb.max-wait-ms``), takes them now (into debt) and returns
+        ``allowed`` with the wait in ``retry_after``; the caller waits that
+        long, then proceeds. Later callers queue behind: first come, first
+        served across the fleet. A denial also has ``retry_after`` (when the
+        tokens will be there): ``allowed`` is what says "yours"."""
+        lim = self.limiter
+        return lim._run(_core.reserve(lim._server, self, n, max_wait), self._mine(n))
 
-    def acquire(self, n: int = 1, *, timeout: float = DEFAULT_TIMEOUT) -> Result:
-        """Waits until ``n`` tokens are taken, at most ``timeout`` seconds.
+    def acquire(self, n: int = 1, *, timeout: float | None = None) -> Result:
+        """Waits until ``n`` tokens are taken, at most ``timeout`` seconds
+        (default: as long as the server lets a reservation reach).
 
-        With the module the server holds the reply (BLOCK); with the Lua
-        fallback the tokens are reserved and the client sleeps the returned
-        wait once. Neither polls. Raises :class:`RateLimited` when the wait
-        would be longer than ``timeout`` or the request can never succeed.
-        """
-        if self.limiter._can_block(timeout):
-            r = Result.from_reply(self.limiter.execute(self._block_call(n, timeout)))
-        else:
-            r = self.reserve(n, max_wait=timeout)
-        if not r.allowed:
-            raise RateLimited(str(self.key), r)
-        if r.retry_after_ms > 0:
-            # Reserved (the Lua fallback, or the server's max-blocked was
-            # reached): the tokens are ours once this wait is over.
-            time.sleep(r.retry_after)
-        return r
+        Reserves, then sleeps on the client; an exception during the sleep
+        (an interrupt, a task time limit) gives the tokens back first.
+        Raises :class:`RateLimited` at once when the wait would be longer
+        than ``timeout``, or the request can never succeed."""
+        lim = self.limiter
+        return lim._run(_core.acquire(lim._server, self, n, timeout, lim._blocking is not None), self._mine(n))
 
     def refund(self, n: int) -> int | None:
         """Gives back ``n`` tokens (never above capacity): reserve an
         estimate, refund the unused part. Returns the whole tokens now in the
         bucket, or None for a missing key (a full bucket)."""
-        reply = self.limiter.execute(self._refund_call(n))
-        return None if reply is None else int(reply)
+        lim = self.limiter
+        return lim._run(_core.refund(lim._server, self, n))
 
     def info(self) -> BucketInfo | None:
         """The bucket as of now, or None for a missing key (a full bucket)."""
-        reply = self.limiter.execute(self._info_call())
-        return None if reply is None else BucketInfo.from_reply(reply)
+        lim = self.limiter
+        return lim._run(_core.info(lim._server, self))
 
-    def limit(self, n: int = 1, *, timeout: float = DEFAULT_TIMEOUT) -> "Limit":
+    def limit(self, n: int = 1, *, timeout: float | None = None) -> "Limit":
         """A decorator and context manager that acquires ``n`` tokens first::
 
             @bucket.limit(timeout=30)
@@ -204,19 +301,62 @@ class TokenBucket(BucketSpec):
 
             with bucket.limit(5) as result: ...
         """
-        return Limit(self, n, timeout)
+        return Limit(lambda: self.acquire(n, timeout=timeout))
+
+
+class BucketGroup:
+    """Several limits on one key (``"10/second;1000/day"``), one bucket each
+    (``{key}:10/1s``, ``{key}:1000/86400s``: one cluster slot), checked
+    together with TB.MCONSUME: a request is served only if every limit has
+    room, and then takes from all."""
+
+    __slots__ = ("limiter", "specs", "buckets")
+
+    def __init__(self, limiter: Limiter, key: str, limits: str | Iterable[LimitSpec]) -> None:
+        self.limiter = limiter
+        pairs = group_specs(key, limits)
+        self.specs = [lim for lim, _ in pairs]
+        self.buckets = [TokenBucket(limiter, b.key, b.rate, b.capacity) for _, b in pairs]
+
+    def _parts(self, n: int) -> list[tuple[BucketSpec, int]]:
+        return [(b, n) for b in self.buckets]
+
+    def consume(self, n: int = 1) -> MultiResult:
+        """Takes ``n`` from every limit now, or nothing."""
+        return self.limiter.consume_many(self._parts(n))
+
+    def peek(self) -> MultiResult:
+        """Whether one request would be served now, changing nothing."""
+        return self.consume(0)
+
+    def reserve(self, n: int = 1, *, max_wait: float | None = None) -> MultiResult:
+        """Reserves ``n`` from every limit (see :meth:`TokenBucket.reserve`)."""
+        return self.limiter.consume_many(self._parts(n), max_wait=max_wait, reserve=True)
+
+    def acquire(self, n: int = 1, *, timeout: float | None = None) -> MultiResult:
+        """Waits until ``n`` are taken from every limit (see :meth:`TokenBucket.acquire`)."""
+        return self.limiter.acquire_many(self._parts(n), timeout=timeout)
+
+    def refund(self, n: int) -> None:
+        """Gives ``n`` back to every limit."""
+        for b in self.buckets:
+            b.refund(n)
+
+    def limit(self, n: int = 1, *, timeout: float | None = None) -> "Limit":
+        """A decorator and context manager that acquires ``n`` first."""
+        return Limit(lambda: self.acquire(n, timeout=timeout))
 
 
 class Limit:
     """See :meth:`TokenBucket.limit`."""
 
-    __slots__ = ("bucket", "n", "timeout")
+    __slots__ = ("_acquire",)
 
-    def __init__(self, bucket: TokenBucket, n: int, timeout: float) -> None:
-        self.bucket, self.n, self.timeout = bucket, n, timeout
+    def __init__(self, acquire: Callable[[], Any]) -> None:
+        self._acquire = acquire
 
-    def __enter__(self) -> Result:
-        return self.bucket.acquire(self.n, timeout=self.timeout)
+    def __enter__(self) -> Any:
+        return self._acquire()
 
     def __exit__(self, *exc: object) -> None:
         return None
@@ -224,7 +364,7 @@ class Limit:
     def __call__(self, fn: F) -> F:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            self.bucket.acquire(self.n, timeout=self.timeout)
+            self._acquire()
             return fn(*args, **kwargs)
 
         return cast(F, wrapper)

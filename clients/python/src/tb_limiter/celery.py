@@ -1,0 +1,145 @@
+"""Celery tasks that keep a fleet-wide limit: reserve a turn, requeue until
+it is due, never call without a token.
+
+    from tb_limiter import Limiter
+    from tb_limiter.celery import rate_limited
+
+    limiter = Limiter.from_url(REDIS_URL)         # at import, in the parent
+    llm = limiter.bucket("llm:api", "0.5", 1)
+
+    @app.task
+    @rate_limited(llm)
+    def complete(prompt): ...
+
+Each run of the task first *reserves* its tokens (``TB.CONSUME ... RESERVE``:
+first come, first served across every worker of every machine):
+
+* granted now: the task body runs at once;
+* granted later (the bucket goes into debt for it): the task requeues itself
+  with the wait as its countdown, carrying its turn in a keyword argument,
+  and runs its body when the turn is due. No worker process sleeps through
+  the wait; Celery wakes the task ``lead`` seconds early and it sleeps the
+  rest, because countdown tasks run a few milliseconds late by varying
+  amounts;
+* denied (the turn is further away than a reservation reaches: a backlog
+  deeper than ``max_wait``, which is at most ``tb.max-wait-ms``): nothing is
+  taken, and the task requeues itself to ask again when its tokens are that
+  close, but not sooner than half the reach (so a deep backlog asks again
+  in waves, each of which fills the queue, not at the bucket's rate). A
+  denial's ``retry_after`` is when the tokens come, not a grant: the body
+  never runs on it. Order among such tasks is Celery's, not first come,
+  first served;
+* never (more tokens than the bucket holds): :class:`~tb_limiter.RateLimited`.
+
+Requeues count in ``task.request.retries`` but never against the task's
+``max_retries``. Turns are kept in wall-clock time, as Celery keeps
+countdowns: the workers' clocks must agree (NTP). A task lost with its
+worker after reserving loses its turn (the tokens stay taken: the limiter
+errs on the side of fewer calls). A task time limit hit while sleeping to
+its turn gives the turn back.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import time
+from typing import Any, Callable, TypeVar, cast
+
+from celery import current_task
+from celery.exceptions import Retry
+
+from ._core import reach_ms, sleep_or_give_back
+from ._protocol import wait_ms
+from ._types import RateLimited
+from .sync import TokenBucket
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The keyword argument that carries a requeued task's turn (wall-clock
+#: seconds when its reserved tokens are due).
+TURN_KWARG = "_tb_turn"
+#: Seconds before its turn a requeued task is woken (it sleeps the rest).
+DEFAULT_LEAD = 0.25
+
+_turn: contextvars.ContextVar[float | None] = contextvars.ContextVar("tb_turn", default=None)
+
+
+def rate_limited(
+    bucket: TokenBucket, n: int = 1, *, max_wait: float | None = None, lead: float = DEFAULT_LEAD
+) -> Callable[[F], F]:
+    """Decorates a Celery task function (under ``@app.task``, bound or not)
+    so that its body runs only with ``n`` tokens of ``bucket``, taken in
+    turn across the fleet. ``max_wait`` bounds how far ahead a task reserves
+    (default: as far as the server allows, 60 s or ``tb.max-wait-ms``). See
+    the module's docstring."""
+    if lead < 0:
+        raise ValueError("lead must be >= 0")
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            turn = kwargs.pop(TURN_KWARG, None)
+            if turn is None:
+                wait = _reserve_or_requeue(bucket, n, max_wait, lead, kwargs)
+                turn = time.time() + wait
+                if wait > 0:
+                    _sleep_to_turn(bucket, n, wait)
+            else:
+                _sleep_to_turn(bucket, n, float(turn) - time.time())
+            token = _turn.set(float(turn))
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _turn.reset(token)
+
+        return cast(F, wrapper)
+
+    return decorate
+
+
+def current_turn() -> float | None:
+    """Inside a task body run by :func:`rate_limited`: the wall-clock time
+    (``time.time()``) at which its tokens were due. The body starts at or
+    after it; ``time.time() - current_turn()`` is how late."""
+    return _turn.get()
+
+
+def _reserve_or_requeue(
+    bucket: TokenBucket, n: int, max_wait: float | None, lead: float, kwargs: dict[str, Any]
+) -> float:
+    """Reserves ``n`` tokens. Returns the wait (<= lead) to sleep before
+    running; requeues the task (raising Celery's Retry) otherwise."""
+    r = bucket.reserve(n, max_wait=max_wait)
+    if r.allowed:
+        if r.retry_after <= lead:
+            return r.retry_after
+        # Ours, later: come back just before the turn.
+        _requeue(r.retry_after - lead, {**kwargs, TURN_KWARG: time.time() + r.retry_after})
+    if r.never:
+        raise RateLimited(str(bucket.key), r)
+    # Not reserved (further away than a reservation reaches): ask again when
+    # the tokens are within reach, and not sooner than half the reach, so a
+    # deep backlog of denied tasks comes back in waves (each wave fills the
+    # queue again), never at the bucket's rate. Nothing is held meanwhile.
+    reach = reach_ms(bucket.limiter._server, None if max_wait is None else wait_ms(max_wait)) / 1000
+    _requeue(max(r.retry_after - reach, reach / 2, 0.001), dict(kwargs))
+    raise AssertionError("unreachable: _requeue raises")
+
+
+def _requeue(countdown: float, kwargs: dict[str, Any]) -> None:
+    task = current_task
+    request = task.request
+    # Passing max_retries allows this requeue whatever the task's own limit
+    # (which is for failures).
+    raise cast(Retry, task.retry(args=request.args, kwargs=kwargs, countdown=countdown,
+                                 max_retries=request.retries + 1))
+
+
+def _sleep_to_turn(bucket: TokenBucket, n: int, seconds: float) -> None:
+    """Sleeps until the reserved turn; an exception meanwhile (a soft time
+    limit) gives the tokens back before it goes on."""
+    if seconds <= 0:
+        return
+    lim = bucket.limiter
+    lim._run(sleep_or_give_back(lim._server, seconds, [(bucket, n)]))

@@ -1,0 +1,124 @@
+"""Every method on redis-py's cluster clients (``redis.cluster.RedisCluster``
+and ``redis.asyncio.cluster.RedisCluster``), on a real three-master,
+three-replica cluster: with the module on every node, and without it (the
+Lua fallback)."""
+
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import pytest
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
+
+from tbcluster import Cluster
+from tb_limiter import AsyncLimiter, Limiter, MultiResult, RateLimited, Result
+
+FROZEN = "1e-12"
+#: Keys on every master: their slots fall in each third of the slot range.
+KEYS = ["rl:a", "rl:b", "rl:c", "rl:d", "rl:e", "rl:f"]
+
+
+@pytest.fixture(scope="module", params=["module", "lua"])
+def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    c = Cluster(with_module=request.param == "module")
+    c.backend = request.param  # type: ignore[attr-defined]
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def limiter(cluster: Cluster) -> Iterator[Limiter]:
+    cluster.flushall()
+    rc = RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    yield Limiter(rc)
+    rc.close()
+
+
+def test_keys_spread_over_the_masters(cluster: Cluster) -> None:
+    rc = RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    owners = {rc.get_node_from_key(k).port for k in KEYS}
+    rc.close()
+    assert len(owners) == 3, "the test keys live on all three masters"
+
+
+def test_every_method(cluster: Cluster, limiter: Limiter) -> None:
+    for key in KEYS:
+        b = limiter.bucket(key, 10, 2)
+        assert b.consume() == Result(True, 1, 0, 100, 1)
+        assert b.peek().allowed
+        assert b.reserve().allowed
+        r = b.acquire(timeout=1)
+        assert r.allowed and r.retry_after_ms > 0
+        assert b.refund(1) is not None
+        info = b.info()
+        assert info is not None and info.capacity == 2
+        with b.limit(timeout=1):
+            pass
+    assert limiter.backend == cluster.backend  # type: ignore[attr-defined]
+
+
+def test_many_needs_one_slot(limiter: Limiter) -> None:
+    rpm = limiter.bucket("{acme}:rpm", FROZEN, 3)
+    tpm = limiter.bucket("{acme}:tpm", FROZEN, 1000)
+    assert limiter.consume_many([(rpm, 1), (tpm, 600)]) == MultiResult(True, 0, (2, 400))
+    assert limiter.acquire_many([(rpm, 1), (tpm, 100)], timeout=1).allowed
+    group = limiter.limits("rl:alice", "5/second;100/day")
+    assert group.acquire().allowed and group.consume().allowed
+    assert [b.info() is not None for b in group.buckets] == [True, True]
+    # Keys in different slots: redis-py refuses to send the command, and
+    # nothing is taken.
+    a, b = limiter.bucket("rl:a", FROZEN, 5), limiter.bucket("rl:b", FROZEN, 5)
+    with pytest.raises(RedisClusterException, match="all keys must map to the same key slot"):
+        limiter.consume_many([(a, 1), (b, 1)])
+    assert a.info() is None and b.info() is None
+
+
+def test_acquire_waits_on_the_client(limiter: Limiter) -> None:
+    b = limiter.bucket("rl:wait", 10, 1)
+    b.consume()
+    start = time.monotonic()
+    r = b.acquire(timeout=1)
+    assert r.allowed and time.monotonic() - start >= r.retry_after - 0.005
+    with pytest.raises(RateLimited):
+        limiter.bucket("rl:never", 1, 1).acquire(2)
+
+
+def test_no_server_side_wait_on_a_cluster(cluster: Cluster) -> None:
+    rc = RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    with pytest.raises(TypeError, match="single-node"):
+        Limiter(rc, blocking_client=cluster.nodes[0].client())
+    rc.close()
+
+
+def test_from_url(cluster: Cluster) -> None:
+    cluster.flushall()
+    with Limiter.from_url(cluster.url, cluster=True) as lim:
+        assert lim.bucket("rl:url", 1, 1).consume().allowed
+        assert isinstance(lim.client, RedisCluster)
+
+
+async def test_every_method_async(cluster: Cluster) -> None:
+    cluster.flushall()
+    rc = AsyncRedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    lim = AsyncLimiter(rc)
+    for key in KEYS:
+        b = lim.bucket(key, 10, 2)
+        assert await b.consume() == Result(True, 1, 0, 100, 1)
+        assert (await b.peek()).allowed
+        assert (await b.reserve()).allowed
+        assert (await b.acquire(timeout=1)).allowed
+        assert await b.refund(1) is not None
+        assert await b.info() is not None
+        async with b.limit(timeout=1):
+            pass
+    rpm = lim.bucket("{acme}:rpm", FROZEN, 3)
+    tpm = lim.bucket("{acme}:tpm", FROZEN, 1000)
+    assert await lim.consume_many([(rpm, 1), (tpm, 600)]) == MultiResult(True, 0, (2, 400))
+    assert (await lim.acquire_many([(rpm, 1), (tpm, 100)], timeout=1)).allowed
+    assert (await lim.limits("rl:bob", "5/second;100/day").acquire()).allowed
+    assert lim.backend == cluster.backend  # type: ignore[attr-defined]
+    await lim.aclose()
+    await rc.aclose()
