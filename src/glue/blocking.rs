@@ -2,10 +2,11 @@
 //!
 //! The tokens are reserved (taken into debt, and replicated) by the command
 //! itself, before the client blocks; blocking only delays the reply. So no
-//! callback here ever writes or replicates, which keeps clear of the Redis
-//! 7.0.15 crash with writes in blocked-client callbacks, and FIFO order is
-//! the order of the reservations. A timer unblocks the client when its
-//! reservation is due; other clients are never delayed.
+//! callback here writes a bucket or replicates (which keeps clear of the
+//! Redis 7.0.15 crash with writes in blocked-client callbacks), and FIFO
+//! order is the order of the reservations. A timer unblocks the client when
+//! its reservation is due, with a reply read from the bucket then; other
+//! clients are never delayed.
 //!
 //! Every waiter is in [`WAITING`] from the moment it blocks until its
 //! blocked-client handle goes back to Redis (`RedisModule_UnblockClient`),
@@ -15,13 +16,14 @@
 //!   with an error (`CLIENT UNBLOCK ... ERROR`, a master turning replica):
 //!   the disconnect callback stops its timer and hands the handle back at
 //!   once, so an abandoned waiter holds nothing (a handle carries two
-//!   reply buffers, about 35 KB on Redis 7.0);
+//!   module reply buffers, tens of KB: BENCHMARKS.md);
 //! - `CLIENT UNBLOCK` (timeout): it gets at once the answer RESERVE would
 //!   give (granted, with the wait still to go), and the handle goes back.
 //!
 //! So [`WAITING`] holds exactly the handles the module keeps, and
-//! `tb.max-blocked` bounds them. The reservation stands in every case: the
-//! tokens stay taken (the server cannot know whether the client went on).
+//! `tb.max-blocked` bounds them (and no client blocks when memory is
+//! short). The reservation stands in every case: the tokens stay taken (the
+//! server cannot know whether the client went on).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
