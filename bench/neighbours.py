@@ -41,8 +41,7 @@ from resp import Conn, ReplyError, encode  # noqa: E402
 #: Processes of the connection floods (each opens connections in a loop).
 CONNECTORS = 4
 #: Processes (one connection each) per scenario.
-PROCESSES = {"quiet": 0, "ping": 1, "mconsume": 1, "churn": CONNECTORS, "block": CONNECTORS,
-             "block_default": CONNECTORS}
+PROCESSES = {"quiet": 0, "ping": 1, "mconsume": 1, "churn": CONNECTORS, "block": CONNECTORS}
 #: The victim's buckets: a steady state of existing keys.
 VICTIM_KEYS = 1000
 VICTIM_CALL = ("1000", "1000000", "1")  # rate, capacity, n: always allowed
@@ -61,16 +60,11 @@ USERS = {
                  "+tb.mconsume", "+ping"],
 }
 PASSWORD = "neighbour-pw"
-#: `tb.max-blocked` as README tells an operator to set it: a budget for
-#: waiting clients (here about a tenth of maxmemory) over what one holds.
-MAX_BLOCKED = 100
 SCENARIOS = [
     ("quiet", "quiet: no other tenant"),
     ("ping", "unpipelined PING flood (the reference)"),
     ("churn", "connection flood without the limiter (connect, PING, hang up)"),
-    ("block", "abandoned-BLOCK flood (connect, TB.CONSUME a:x 200 1 1 BLOCK 60000, hang up), "
-              "tb.max-blocked %d" % MAX_BLOCKED),
-    ("block_default", "the same with tb.max-blocked at its default"),
+    ("block", "abandoned-BLOCK flood (connect, TB.CONSUME a:x 200 1 1 BLOCK 60000, hang up)"),
     ("mconsume", "TB.MCONSUME stream, 1 KB keys"),
 ]
 
@@ -178,29 +172,17 @@ def percentile(xs, p):
 def scenario(server, kind, seconds, keys, run=0):
     admin = server.conn
     procs = []
-    default = admin.call("CONFIG", "GET", "tb.max-blocked")[1]
-    if kind == "block":
-        admin.call("CONFIG", "SET", "tb.max-blocked", str(MAX_BLOCKED))
-    try:
-        return run_scenario(server, kind, seconds, keys, run, procs)
-    finally:
-        admin.call("CONFIG", "SET", "tb.max-blocked", default)
-
-
-def run_scenario(server, kind, seconds, keys, run, procs):
-    admin = server.conn
-    attack_kind = "block" if kind == "block_default" else kind
     before = commandstats_calls(admin)
     tb_before = admin.info("tb")
     if kind != "quiet":
         me = os.path.abspath(__file__)
-        procs.extend(subprocess.Popen([sys.executable, me, "attack", attack_kind,
+        procs.extend(subprocess.Popen([sys.executable, me, "attack", kind,
                                        str(server.port), str(keys), "%s:%s" % (kind, run)],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                      for _ in range(PROCESSES[kind]))
         # Measure once the attack is under way, as the server sees it.
         name = {"ping": "ping", "churn": "ping", "block": "tb.consume",
-                "mconsume": "tb.mconsume"}[attack_kind]
+                "mconsume": "tb.mconsume"}[kind]
         deadline = time.time() + 30
         while commandstats_calls(admin).get(name, 0) - before.get(name, 0) < 10 * len(procs):
             if time.time() > deadline or any(p.poll() is not None for p in procs):
@@ -227,7 +209,7 @@ def run_scenario(server, kind, seconds, keys, run, procs):
         "block": after.get("tb.consume", 0) - before.get("tb.consume", 0) - len(lat),
         "mconsume": after.get("tb.mconsume", 0) - before.get("tb.mconsume", 0),
         "quiet": 0,
-    }[attack_kind]
+    }[kind]
     blocked = int(tb_after["tb_blocked_total"]) - int(tb_before["tb_blocked_total"])
     # Let abandoned waiters' reply buffers drain before the next scenario.
     deadline = time.time() + 30
@@ -375,7 +357,7 @@ def render(n):
                      v["failed"], "{:,}".format(v["calls"]), v["peak_used_memory"] / 2**20))
     L.append("")
     worst = max(sc[k]["p99_ratio"] for k in ("block", "mconsume"))
-    failed = sum(sc[k]["failed"] for k in ("quiet", "ping", "block", "mconsume"))
+    failed = sum(v["failed"] for v in sc.values())
     L.append("Against the connection flood without the limiter (same processes, PING in "
              "place of BLOCK), the abandoned-BLOCK flood's p99 is %.2fx.\n"
              % sc["block"]["p99_ratio_churn"])
@@ -383,17 +365,19 @@ def render(n):
              "because it opens and closes connections (Redis accepts up to a thousand at a "
              "time, each with its buffers) from what the BLOCKs add: clients that block hold "
              "their reply buffers until they hang up, and no client blocks past 75%% of "
-             "`maxmemory` (%s of these BLOCKs per second did block).\n" % (
+             "`maxmemory` or beyond a tenth of `maxmemory` held by waiting clients (%s of these "
+             "BLOCKs per second did block).\n" % (
                  "{:,.0f}".format(sc["block"]["blocked_per_s"])))
-    L.append("Worst p99 against the PING flood, of the limiter attacks with `tb.max-blocked` "
-             "set as README says: %.2fx (goal %.1fx: %s); failed victim calls there: %d (%s).\n"
+    L.append("Worst p99 against the PING flood, of the limiter attacks: %.2fx (goal %.1fx: "
+             "%s); failed victim calls: %d (%s).\n"
              % (worst, n["goal"], "met" if worst <= n["goal"] else "missed", failed,
                 "met" if failed == 0 else "missed"))
     if n.get("waiting_memory"):
         L.append("What each client waiting in `BLOCK` holds on the server (its two module reply "
                  "buffers; its connection's own memory not included), measured with "
-                 "%s clients waiting at once: %s. `tb.max-blocked` bounds the clients waiting "
-                 "at once, so it bounds this memory; an abandoned wait holds nothing once its "
+                 "%s clients waiting at once: %s. The module counts 64 KB for each, lets "
+                 "waiting clients hold at most a tenth of `maxmemory` and at most "
+                 "`tb.max-blocked` of them wait; an abandoned wait holds nothing once its "
                  "client is gone.\n" % (
                      "{:,}".format(n["waiting_memory"][0]["waiters"]),
                      "; ".join("%.1f KB on Redis %s" % (w["bytes_per_waiter"] / 1024,

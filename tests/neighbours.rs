@@ -254,6 +254,42 @@ fn block_answers_as_reserve_when_memory_is_short() {
 }
 
 #[test]
+fn waiting_clients_hold_at_most_a_tenth_of_maxmemory() {
+    // At 64 KB a waiter (more than one holds on the servers tested), a
+    // tenth of this maxmemory is room for exactly 10: the 11th client
+    // answers as RESERVE would, whatever max-blocked says.
+    let s = Server::start();
+    let mut c = s.conn();
+    config_set(&mut c, "maxmemory", &(10 * (64 << 10) * 10).to_string());
+    assert!(
+        used_memory(&mut c) < 4 << 20,
+        "far from maxmemory at the start"
+    );
+    assert_eq!(consume(&mut c, "w", "0.2", 1, 1)[0], 1);
+    let waiters: Vec<_> = (0..10)
+        .map(|i| {
+            let w = waiter(&s, "w", "0.2");
+            s.wait_for("the waiter to block", Duration::from_secs(10), |c| {
+                blocked_now(c) == i + 1
+            });
+            w
+        })
+        .collect();
+    let r = ints(
+        &mut c,
+        &["TB.CONSUME", "w", "0.2", "1", "1", "BLOCK", "60000"],
+    );
+    assert_eq!((r[0], r[4]), (1, 1), "reserved: {r:?}");
+    // One token every 5 s: the 11th reservation is due in about 55 s.
+    assert!(
+        r[2] > 50_000,
+        "answered at once, the wait left to the caller: {r:?}"
+    );
+    assert_eq!(blocked_now(&mut c), 10);
+    drop(waiters);
+}
+
+#[test]
 fn a_server_with_waiters_shuts_down_cleanly() {
     let mut s = Server::start();
     let mut c = s.conn();

@@ -81,7 +81,7 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     ];
     if block
         && o.kind == Kind::Reserved
-        && blocking::has_room()
+        && blocking::has_room(ctx)
         && blocking::block_for(ctx, o.retry_after_ms, args.key(1), a.limits, o.granted)
     {
         return Ok(());

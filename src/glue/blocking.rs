@@ -139,18 +139,74 @@ fn remove(bc: Handle) -> Option<Waiter> {
 /// Redis' own "short of memory" threshold (its OOM-warning context flag).
 const MEMORY_SHORT: f32 = 0.75;
 
-/// Whether another client may block now: fewer than `max-blocked` wait,
-/// and memory is not short. A waiter's handle holds two module reply
-/// buffers (tens of KB), and a flood of clients that block and hang up can
-/// have hundreds alive at once between two turns of the event loop; past
-/// 75% of `maxmemory` BLOCK answers as RESERVE would instead, so waiting
-/// clients never push other tenants' writes past `maxmemory`.
-pub fn has_room() -> bool {
-    if stats::BLOCKED_NOW.load(Ordering::Relaxed) >= config::max_blocked() {
+/// What one waiting client holds on the server, at most, as measured on
+/// the servers tested (BENCHMARKS.md, "Noisy neighbours"), rounded up.
+const WAITER_BYTES: u64 = 64 << 10;
+
+/// The share of `maxmemory` that waiting clients may hold together.
+const WAITERS_SHARE: u64 = 10;
+
+/// How long a reading of `maxmemory` is reused, in microseconds.
+const MAXMEMORY_TTL_US: i64 = 1_000_000;
+
+thread_local! {
+    /// The last reading of `maxmemory` (0: none) and its time.
+    static MAXMEMORY: std::cell::Cell<(u64, i64)> = const { std::cell::Cell::new((0, i64::MIN)) };
+}
+
+/// `maxmemory` in bytes (0: no limit), read with RedisModule_GetServerInfo
+/// at most once a second (CONFIG may be renamed; INFO cannot be).
+fn maxmemory(ctx: &Ctx<'_>) -> u64 {
+    let now = clock::now_us();
+    let (cached, at) = MAXMEMORY.with(|m| m.get());
+    if now.saturating_sub(at) < MAXMEMORY_TTL_US {
+        return cached;
+    }
+    // SAFETY: ctx is the live context of the current command; the info
+    // data is freed before returning; the field name is NUL-terminated.
+    let value = unsafe {
+        let info = raw::RedisModule_GetServerInfo.unwrap()(ctx.as_ptr(), c"memory".as_ptr());
+        if info.is_null() {
+            0
+        } else {
+            let mut err = 0;
+            let v = raw::RedisModule_ServerInfoGetFieldUnsigned.unwrap()(
+                info,
+                c"maxmemory".as_ptr(),
+                &mut err,
+            );
+            raw::RedisModule_FreeServerInfo.unwrap()(ctx.as_ptr(), info);
+            if err == 0 {
+                v
+            } else {
+                0
+            }
+        }
+    };
+    MAXMEMORY.with(|m| m.set((value, now)));
+    value
+}
+
+/// Whether another client may block now. A waiting client holds two module
+/// reply buffers (tens of KB), and a flood of clients that block and hang
+/// up can have hundreds alive at once between two turns of the event loop,
+/// whose buffers Redis then keeps in a pool for reuse. So a client blocks
+/// only while fewer than `max-blocked` wait, while the waiting clients
+/// together hold at most a tenth of `maxmemory` (at [`WAITER_BYTES`] each),
+/// and while used memory is under 75% of `maxmemory`; otherwise BLOCK
+/// answers as RESERVE would, and waiting clients never push other tenants'
+/// writes past `maxmemory`.
+pub fn has_room(ctx: &Ctx<'_>) -> bool {
+    let waiting = stats::BLOCKED_NOW.load(Ordering::Relaxed);
+    if waiting >= config::max_blocked() {
         return false;
     }
     // SAFETY: the API pointer is set by RedisModule_Init; main thread.
-    unsafe { raw::RedisModule_GetUsedMemoryRatio.unwrap()() <= MEMORY_SHORT }
+    if unsafe { raw::RedisModule_GetUsedMemoryRatio.unwrap()() } > MEMORY_SHORT {
+        return false;
+    }
+    let limit = maxmemory(ctx);
+    limit == 0 || (waiting as u64 + 1) * WAITER_BYTES <= limit / WAITERS_SHARE
 }
 
 /// Blocks the calling client for `wait_ms`, until its reservation of

@@ -35,7 +35,7 @@ local ERR_N = 'ERR n must be an integer from 0 to 9007199254740992'
 local ERR_WAIT = 'ERR RESERVE and BLOCK take a wait in milliseconds, an integer from 0 to 86400000'
 local ERR_OPTION = 'ERR unknown or repeated option: after n, use RESERVE ms, BLOCK ms or ATMOST'
 local ERR_ATMOST_WAIT = 'ERR ATMOST cannot be combined with RESERVE or BLOCK'
-local ERR_TOO_LONG = 'ERR wait exceeds tb.max-wait-ms'
+
 local ERR_CANNOT_BLOCK = 'ERR BLOCK cannot wait inside MULTI, a script, or on a client that cannot block: use RESERVE and wait on the client'
 local ERR_NUMKEYS = 'ERR numkeys must be an integer from 1 to 16 and match the arguments'
 local ERR_DUPLICATE = 'ERR a key appears twice in TB.MCONSUME'
@@ -44,6 +44,7 @@ local ERR_WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind 
 
 -- The module's settings at their defaults (tb.max-wait-ms, tb.expire-idle).
 local MAX_WAIT_MS = 60000
+local ERR_TOO_LONG = 'ERR wait exceeds tb.max-wait-ms (' .. MAX_WAIT_MS .. ')'
 local NANOS = 1000000000
 local MAX_AMOUNT_STR = '9007199254740992' -- 2^53
 local MAX_RATE_NUM = 9007199254740992 -- 2^53
