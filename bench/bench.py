@@ -746,7 +746,7 @@ def main():
     ap.add_argument("--callgrind-requests", type=int, default=20000)
     ap.add_argument("--neighbours-seconds", type=float, default=5.0,
                     help="length of each noisy-neighbour scenario (bench/neighbours.py)")
-    ap.add_argument("--neighbours-rounds", type=int, default=3)
+    ap.add_argument("--neighbours-rounds", type=int, default=5)
     ap.add_argument("--only", choices=["neighbours"],
                     help="measure only this part and update it in the existing --out file")
     ap.add_argument("--out", default=os.path.join(HERE, "results.json"))
