@@ -752,6 +752,11 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results.json"))
     ap.add_argument("--smoke", action="store_true",
                     help="tiny sizes and sanity checks only (for `make bench-smoke`)")
+    ap.add_argument("--only-memory", action="store_true",
+                    help="measure only the memory per bucket (on --server and --server8) and "
+                         "replace that part of the existing results file, noting when and at "
+                         "which commit: allocation sizes do not depend on the machine's load, "
+                         "so they can be re-measured without re-running everything")
     a = ap.parse_args()
     # redis-server changes to its --dir before loading modules.
     a.module = os.path.abspath(a.module)
@@ -766,6 +771,23 @@ def main():
         raise SystemExit("module not built: %s (run cargo build --release)" % a.module)
     with open(LUA_FILE) as f:
         lua_src = f.read()
+    if a.only_memory:
+        with open(a.out) as f:
+            results = json.load(f)
+        binaries = [a.server] + ([a.server8] if a.server8 else [])
+        info = machine_info({"official": version_of(a.server)})
+        results["memory"] = []
+        for binary in binaries:
+            log("memory per bucket on %s" % version_of(binary))
+            m = memory(binary, a.module, lua_src, a.memory_buckets)
+            results["memory"].append(m)
+            for k in m["kinds"].values():
+                log("  %-34s %6.1f bytes per key" % (k["label"], k["bytes_per_key"]))
+        results["memory_run"] = {"date_utc": info["date_utc"], "module_commit": info["module_commit"]}
+        with open(a.out, "w") as f:
+            json.dump(results, f, indent=1)
+        log("replaced the memory figures in %s" % a.out)
+        return
     t_start = time.time()
     if a.only == "neighbours":
         with open(a.out) as f:

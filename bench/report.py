@@ -22,6 +22,7 @@ PNG = os.path.join(HERE, "benchmarks.png")
 PNG_REL = "bench/benchmarks.png"
 MD = os.path.join(ROOT, "BENCHMARKS.md")
 SUMMARY = os.path.join(ROOT, "docs", "bench-summary.md")
+TOPKEYS = os.path.join(HERE, "results-topkeys.json")
 
 ORDER = ["incr", "tb", "tb_bytes", "tb_denied", "tb_reserve", "tb_multi", "throttle",
          "tb_idle", "lua", "lua_denied", "lua_idle"]
@@ -286,15 +287,95 @@ def profile_section(r):
     return out
 
 
+def topkeys_targets(t):
+    """Target rows of bench/topkeys.py's run: allowed requests cost nothing."""
+    ins = t["instructions"].get("per_request")
+    rows = []
+    for g in t["throughput"]:
+        x = g["results"]["allowed"]
+        rows.append(("TB.CONSUME allowed, `tb.top-keys` on against off, %s" % g["label"],
+                     "nothing measurable: server CPU per request within 5%",
+                     "%.3fx the server CPU per request, %.3fx the throughput (rounds %.3f-%.3f)" % (
+                         x["cpu_ratio"], x["ratio"], x["ratio_min"], x["ratio_max"]),
+                     abs(x["cpu_ratio"] - 1) <= 0.05))
+    if ins:
+        d = ins["allowed_on"] - ins["allowed_off"]
+        rows.append(("TB.CONSUME allowed, instructions per request, on against off",
+                     "nothing measurable: within 1%", "%+.0f of %s (%+.2f%%)" % (
+                         d, "{:,.0f}".format(ins["allowed_off"]), 100 * d / ins["allowed_off"]),
+                     abs(d) < 0.01 * ins["allowed_off"]))
+    return rows
+
+
+def topkeys_section(t):
+    """BENCHMARKS.md section from bench/results-topkeys.json."""
+    m, p = t["machine"], t["params"]
+    out = ["## Heavy-hitter sketches (TB.TOP) on the TB.CONSUME path\n"]
+    out.append("`bench/topkeys.py` (part of `make bench`; `make bench-topkeys` runs it alone) "
+               "on %s, Redis %s, load average %.2f at the start and %.2f at the end. The same "
+               "build on the same server with the setting `tb.top-keys` on and off "
+               "(`CONFIG SET tb.top-keys yes|no`): %d rounds, on and off back to back in each "
+               "(the order alternating), and the ratio taken per round, so that the drift of "
+               "a shared machine cancels out. A setting rather than a build feature, so that "
+               "the two sides are one binary measured in one run. Allowed requests never reach "
+               "the sketches (the hook is one match on the outcome); each denial adds to the "
+               "denial sketch, each reservation to the wait sketch (the same code).\n" % (
+                   m["date_utc"], m["servers"]["official"], m["loadavg_start"],
+                   m["loadavg_end"], p["rounds"]))
+    out.append("| case | pipelining | requests/s on | requests/s off | on / off (range) "
+               "| server CPU per request, on / off |")
+    out.append("|---|---|---:|---:|---:|---:|")
+    for g in t["throughput"]:
+        for cid, x in g["results"].items():
+            out.append("| %s | %s | %s | %s | %.3f (%.3f-%.3f) | %.2f / %.2f us = %.3f |" % (
+                x["label"], g["label"], "{:,.0f}".format(x["rps_on"]),
+                "{:,.0f}".format(x["rps_off"]), x["ratio"], x["ratio_min"], x["ratio_max"],
+                x["cpu_on_us"], x["cpu_off_us"], x["cpu_ratio"]))
+    out.append("")
+    ins = t["instructions"]
+    if ins.get("error"):
+        out.append("Instruction counts unavailable: %s.\n" % ins["error"])
+    else:
+        per = ins["per_request"]
+        out.append("Instructions the server executes per request (callgrind, %s requests, "
+                   "pipelines of 16, 10k keys; exact, whatever the machine's load):\n" %
+                   "{:,}".format(ins["requests"]))
+        out.append("| case | on | off | on - off |")
+        out.append("|---|---:|---:|---:|")
+        for cid, label in [("allowed", "TB.CONSUME allowed"),
+                           ("denied", "TB.CONSUME denied, a new key for the sketch each time"),
+                           ("denied_hot", "TB.CONSUME denied, one hot key")]:
+            on, off = per[cid + "_on"], per[cid + "_off"]
+            out.append("| %s | %s | %s | %+.0f (%+.1f%%) |" % (
+                label, "{:,.0f}".format(on), "{:,.0f}".format(off), on - off,
+                100 * (on - off) / off))
+        out.append("")
+        out.append("An allowed request runs the same instructions either way (the difference "
+                   "is the spread of runs on random keys). A denial pays for the sketch: a "
+                   "name already monitored, as in a flood from one key, is a comparison and a "
+                   "short heap step; a name the sketch has not seen (the worst case: every "
+                   "denial on a different key among 100k) is a SipHash of the name, a probe, "
+                   "and taking over the smallest entry.\n")
+    out.append("The two sketches take %s bytes in all (`memory_bytes` in `TB.TOP`), "
+               "allocated once.\n" % "{:,}".format(t["sketch_memory_bytes"]))
+    return out
+
+
 def main():
     with open(os.path.join(HERE, "results.json")) as f:
         r = json.load(f)
+    topkeys = None
+    if os.path.exists(TOPKEYS):
+        with open(TOPKEYS) as f:
+            topkeys = json.load(f)
     from bench import CALLGRIND_SYMBOLS  # the symbol descriptions live with the driver
     r["instructions_symbols"] = CALLGRIND_SYMBOLS
     plot(r)
     m = r["machine"]
     p = r["params"]
     rows = targets(r)
+    if topkeys:
+        rows += topkeys_targets(topkeys)
     L = []
     L.append("# Benchmarks\n")
     L.append("Generated by `make bench` (`bench/bench.py`, then `bench/report.py`) on %s; "
@@ -308,6 +389,11 @@ def main():
                   " and Redis %s for the memory and replication rows" % m["servers"]["second"]),
                  m["redis_benchmark"], m["module_commit"], m["loadavg_start"],
                  m["loadavg_end"], m["run_seconds"]))
+    if "memory_run" in r:
+        L.append("The memory rows were measured again on their own (`bench/bench.py "
+                 "--only-memory`, which replaces them in `bench/results.json`) on %s, module "
+                 "commit %s: allocation sizes do not depend on the machine's load.\n" % (
+                     r["memory_run"]["date_utc"], r["memory_run"]["module_commit"]))
     L.append("> Absolute numbers on a shared machine drift by 2x between runs (other jobs share "
              "these cores), so each throughput and latency figure is also given as a ratio to "
              "plain `INCR` measured in the same round, and the ratios are what count. Each "
@@ -369,9 +455,10 @@ def main():
     for m_ in r["memory"]:
         k = m_["kinds"]
         L.append("On Redis %s a bucket takes %.0f bytes more than the cheapest key with an "
-                 "expiry: the bucket's value (an exact 128-bit token count, the time, the "
-                 "rate as a fraction and the capacity) and the wrapper Redis puts around every "
-                 "module-type value; the script's hash takes %.0f bytes more. The key with its "
+                 "expiry: the bucket's value (its exact state packed into 32 bytes: tokens, "
+                 "time, the rate as a fraction and the capacity) and the wrapper Redis puts "
+                 "around every module-type value; the script's hash takes %.0f bytes more. The "
+                 "key with its "
                  "expiry costs %.0f bytes before any value, so the 150-byte target %s." % (
                      m_["server"], k["tb"]["bytes_per_key"] - k["set_px"]["bytes_per_key"],
                      k["lua"]["bytes_per_key"] - k["set_px"]["bytes_per_key"],
@@ -420,6 +507,8 @@ def main():
 
     if "neighbours" in r:
         L.extend(neighbours.render(r["neighbours"]))
+    if topkeys:
+        L.extend(topkeys_section(topkeys))
 
     L.append("## Re-running\n")
     L.append("`make bench` builds the module, creates `bench/.venv` (matplotlib, and the "

@@ -5,6 +5,8 @@
 #   make bench         the whole suite (about 7 minutes): writes BENCHMARKS.md,
 #                      bench/benchmarks.png, bench/results.json and
 #                      docs/bench-summary.md
+#   make bench-topkeys only what the TB.TOP sketches cost TB.CONSUME (about
+#                      2 minutes; part of make bench), then the report
 #   make bench-smoke   a tiny run with sanity checks (about 10 s; part of
 #                      `make test` through EXTRA_TESTS)
 
@@ -15,7 +17,7 @@ BENCH_PIP := matplotlib==3.11.2
 MODULE ?= $(CURDIR)/target/release/libtb.so
 REDIS_SERVER_SYS ?= $(shell command -v redis-server 2>/dev/null || echo /usr/bin/redis-server)
 
-.PHONY: bench bench-smoke bench-deps bench-venv
+.PHONY: bench bench-topkeys bench-smoke bench-deps bench-venv
 
 EXTRA_TESTS += bench-smoke
 
@@ -40,10 +42,15 @@ bench-venv:
 	@$(CURDIR)/mk/venv.sh $(BENCH_VENV)
 	@$(BENCH_PY) -m pip install --quiet --disable-pip-version-check $(BENCH_PIP)
 
-bench: build redis8 bench-deps bench-venv
+bench: build redis8 bench-deps bench-venv ## the benchmark suite (about 7 min): BENCHMARKS.md and friends
 	$(BENCH_PY) bench/bench.py --module $(MODULE) --server $(REDIS_SERVER_SYS) \
 	  --server8 "$(REDIS8_SERVER)"
+	$(BENCH_PY) bench/topkeys.py --module $(MODULE) --server $(REDIS_SERVER_SYS)
 	$(BENCH_PY) bench/report.py
 
-bench-smoke: build
+bench-topkeys: build bench-deps bench-venv
+	$(BENCH_PY) bench/topkeys.py --module $(MODULE) --server $(REDIS_SERVER_SYS)
+	$(BENCH_PY) bench/report.py
+
+bench-smoke: build ## a tiny benchmark run with sanity checks (part of make test)
 	python3 bench/bench.py --smoke --module $(MODULE) --server $(REDIS_SERVER_SYS)

@@ -5,9 +5,11 @@
 #                    `make test`
 #   make fuzz-long   the same for FUZZ_LONG_SECONDS (60) per target, then the
 #                    protocol fuzzer and the RESTORE fuzzer with large counts
-#                    on Redis 7 and 8 (the figures in README ("Security and limits"))
-#   make soak        the soak test for SOAK_SECONDS (300) of load on Redis 7
-#                    and 8 (its CI form, 20 s, runs with the other tests)
+#                    on every server of TEST_SERVERS (the figures in README
+#                    ("Security and limits"))
+#   make soak        the soak test for SOAK_SECONDS (300) of load on every
+#                    server of TEST_SERVERS (its CI form, 20 s, runs with the
+#                    other tests)
 #
 # cargo-fuzz needs nightly flags; only stable Rust is installed, so fuzz/run.sh
 # sets RUSTC_BOOTSTRAP=1, under which stable rustc accepts them (AddressSanitizer
@@ -44,12 +46,12 @@ fuzz-deps:
 	  $(CARGO) install cargo-fuzz --locked --version $(CARGO_FUZZ_VERSION); \
 	fi
 
-fuzz: fuzz-deps
+fuzz: fuzz-deps ## libFuzzer on every target, FUZZ_SECONDS each (part of make test)
 	fuzz/run.sh $(FUZZ_SECONDS)
 
-fuzz-long: fuzz-deps build redis8
+fuzz-long: fuzz-deps build redis8 test-deps ## long fuzzing, then the protocol and RESTORE fuzzers on every server
 	fuzz/run.sh $(FUZZ_LONG_SECONDS)
-	@for server in $(REDIS_SERVER_SYS) $(REDIS8_SERVER); do \
+	@for server in $(TEST_SERVERS); do \
 	  echo; echo "== protocol and RESTORE fuzzers, large counts, on $$($$server --version | cut -d' ' -f1-3)"; \
 	  REDIS_SERVER=$$server TB_MODULE=$(MODULE) TB_HOSTILE_BATCHES=60 TB_HOSTILE_COMMANDS=2500 \
 	    $(CARGO) test --release --test hostile -- --nocapture || exit 1; \
@@ -57,8 +59,8 @@ fuzz-long: fuzz-deps build redis8
 	    $(CARGO) test --release --test restore_fuzz -- --nocapture || exit 1; \
 	done
 
-soak: build redis8
-	@for server in $(REDIS_SERVER_SYS) $(REDIS8_SERVER); do \
+soak: build redis8 test-deps ## the soak test, SOAK_SECONDS of load on every server
+	@for server in $(TEST_SERVERS); do \
 	  echo; echo "== soak, $(SOAK_SECONDS) s of load, on $$($$server --version | cut -d' ' -f1-3)"; \
 	  REDIS_SERVER=$$server TB_MODULE=$(MODULE) TB_SOAK_SECONDS=$(SOAK_SECONDS) \
 	    $(CARGO) test --release --test soak -- --nocapture || exit 1; \

@@ -12,10 +12,10 @@ LUA_COPIES := clients/python/src/tb_limiter/tb.lua
 
 EXTRA_TESTS += lua-check
 
-lua-sync:
+lua-sync: ## copy lua/tb.lua into every client package
 	@for f in $(LUA_COPIES); do cp $(LUA_SOURCE) $$f; echo "copied $(LUA_SOURCE) to $$f"; done
 
-lua-check:
+lua-check: ## fail if a client package's copy of lua/tb.lua differs (part of make test)
 	@for f in $(LUA_COPIES); do \
 	  cmp -s $(LUA_SOURCE) $$f || { \
 	    echo "error: $$f differs from $(LUA_SOURCE); edit $(LUA_SOURCE), then run 'make lua-sync'" >&2; \

@@ -1,14 +1,22 @@
 //! `tb`: a token-bucket rate limiter as a native Redis module.
 //!
 //! Layout:
-//! - [`bucket`] and [`parse`]: pure arithmetic and argument parsing, no Redis
-//!   types, unit-tested with an injected clock;
+//! - [`bucket`], [`codec`] and [`parse`]: pure arithmetic, the state's
+//!   encodings and argument parsing, no Redis types, unit-tested with an
+//!   injected clock;
+//! - [`topkeys`]: the heavy-hitter sketch behind `TB.TOP`, pure as well;
 //! - `glue`: everything that touches the Redis module API (entry points, key
 //!   access, replication, the data type, configs, statistics);
-//! - `commands`: one file per command, each the whole path of that command.
+//! - `commands`: one file per command, each the whole path of that command;
+//! - [`settings`] and [`version`]: the settings table and the module version,
+//!   pure as well.
 
 pub mod bucket;
+pub mod codec;
 pub mod parse;
+pub mod settings;
+pub mod topkeys;
+pub mod version;
 
 #[cfg(all(feature = "module", not(test)))]
 mod commands;

@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    aof_rewrite_done, call, commandstats, digest, replica_of, server_version, setuser, state,
+    aof_rewrite_done, call, commandstats, digest, replica_of, server_has_api, setuser, state,
     sync_replica, Server, ServerConfig,
 };
 use redis::{Connection, Value};
@@ -259,7 +259,7 @@ fn acl_categories_cover_the_internal_command_from_redis_7_2() {
     let mut app = s.login("app", "pw");
     assert_allowed(&mut app, &["TB.CONSUME", "k", "10", "5"]);
     let setstate = ["TB.SETSTATE", "k", "0", "0", "1", "1", "5", "0"];
-    if server_version() >= (7, 2, 0) {
+    if server_has_api("SetCommandACLCategories") {
         // TB.SETSTATE and TB.CONFIG are in @dangerous.
         assert_noperm(&mut app, &setstate);
         assert_noperm(&mut app, &["TB.CONFIG", "GET", "*"]);

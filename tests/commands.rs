@@ -8,7 +8,7 @@ use common::{
     consume, digest, err, info, info_tb, repl_offset, server_time_us, until_server_time, Server,
     ServerConfig, DEFAULT_N,
 };
-use redis::Value;
+use redis::{Connection, Value};
 
 #[test]
 fn consume_reply_fields() {
@@ -75,14 +75,15 @@ fn fixed_budget_and_zero_capacity() {
     assert_eq!(i["tokens"], "0");
     assert_eq!(i["rate"], "0");
     assert_eq!(i["reset_after_ms"], "-1");
-    // capacity 0 denies everything, forever, and stores nothing.
+    // capacity 0 denies everything, forever, and stores nothing; a peek
+    // says so too.
     assert_eq!(
         consume(&mut c, "off", "10", "0", DEFAULT_N),
         vec![0, 0, -1, 0, 0]
     );
     assert_eq!(
         consume(&mut c, "off", "10", "0", Some("0")),
-        vec![1, 0, 0, 0, 0]
+        vec![0, 0, -1, 0, 0]
     );
     assert!(info(&mut c, "off").is_none());
 }
@@ -116,6 +117,32 @@ fn peek_writes_nothing() {
         repl_offset(&mut c),
         offset_before,
         "peeks propagate nothing"
+    );
+    // A peek answers for one token: on an empty bucket it is denied, with
+    // the wait for one token (1000 s at 0.001/s), like a request for one.
+    let time_ms = |c: &mut Connection| {
+        let t: Vec<i64> = redis::cmd("TIME").query(c).unwrap();
+        t[0] * 1000 + t[1] / 1000
+    };
+    let before = time_ms(&mut c);
+    consume(&mut c, "e", "0.001", "3", Some("3"));
+    let one = consume(&mut c, "e", "0.001", "3", Some("1"));
+    let peek = consume(&mut c, "e", "0.001", "3", Some("0"));
+    let between = time_ms(&mut c) - before + 1;
+    assert_eq!(one[..2], [0, 0]);
+    assert!(
+        one[2] <= 1_000_000 && one[2] >= 1_000_000 - between,
+        "{one:?}"
+    );
+    assert_eq!(
+        [peek[0], peek[1], peek[4]],
+        [0, 0, 0],
+        "a peek on an empty bucket is no allowed request"
+    );
+    // Read after `one`: its wait is at most one's.
+    assert!(
+        peek[2] <= one[2] && peek[2] >= one[2] - between,
+        "{peek:?} {one:?}"
     );
 }
 
@@ -305,7 +332,9 @@ fn expire_idle_from_module_arguments_and_native_config() {
             "max-wait-ms",
             "60000",
             "max-blocked",
-            "10000"
+            "10000",
+            "top-keys",
+            "yes"
         ]
     );
     let _: () = redis::cmd("CONFIG")
@@ -369,7 +398,17 @@ fn info_counters_and_resetstat() {
         .arg("RESETSTAT")
         .query(&mut c)
         .unwrap();
-    assert!(info_tb(&mut c).values().all(|&v| v == 0));
+    // Every counter is back to 0; the settings stay.
+    let mut after = info_tb(&mut c);
+    for setting in [
+        "tb_expire_idle",
+        "tb_max_wait_ms",
+        "tb_max_blocked",
+        "tb_top_keys",
+    ] {
+        assert!(after.remove(setting).is_some(), "{setting}");
+    }
+    assert!(after.values().all(|&v| v == 0), "{after:?}");
 }
 
 #[test]

@@ -60,6 +60,8 @@ const OP_STRING: u8 = 5;
 struct Template {
     /// Object type byte and module id (type name + encoding version).
     header: Vec<u8>,
+    /// The same with encoding version 1 (six integers), which still loads.
+    header_v1: Vec<u8>,
     /// The RDB version of the footer.
     version: [u8; 2],
 }
@@ -73,8 +75,18 @@ impl Template {
         out
     }
 
+    /// A version 2 payload holding this string (the compact state).
+    fn string(&self, s: &[u8]) -> Vec<u8> {
+        let mut body = self.header.clone();
+        body.push(OP_STRING);
+        body.extend(rdb_len(s.len() as u64));
+        body.extend(s);
+        body.push(OP_EOF);
+        self.seal(&body)
+    }
+
     /// A payload holding exactly these six fields (`tokens` split in two
-    /// 64-bit halves, as the module saves it).
+    /// 64-bit halves, as version 1 saves it).
     fn fields(&self, header: &[u8], f: &[u64]) -> Vec<u8> {
         let mut body = header.to_vec();
         for &v in f {
@@ -174,6 +186,33 @@ fn gcd(mut a: u128, mut b: u128) -> u128 {
     a
 }
 
+/// The compact state (README, TB.SETSTATE) of six version 1 fields that
+/// make a valid state, with the rate reduced: the tag byte 1, then LEB128
+/// varints of zigzag(tokens), zigzag(updated_us), numerator, denominator,
+/// capacity, and `expiry` (0: none).
+fn compact_state(f: &[u64; 6], expiry: u64) -> Vec<u8> {
+    let zigzag = |v: i128| ((v << 1) ^ (v >> 127)) as u128;
+    let tokens = ((u128::from(f[1]) << 64) | u128::from(f[0])) as i128;
+    let (num, den) = (u128::from(f[3]), u128::from(f[4]));
+    let g = if num == 0 { den } else { gcd(num, den) };
+    let mut out = vec![1u8];
+    for mut v in [
+        zigzag(tokens),
+        zigzag(i128::from(f[2] as i64)),
+        num / g,
+        den / g,
+        u128::from(f[5]),
+        u128::from(expiry),
+    ] {
+        while v >= 0x80 {
+            out.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    out
+}
+
 /// Six fields around the interesting boundaries.
 fn random_fields(rng: &mut Rng) -> [u64; 6] {
     let tokens: i128 = match rng.below(5) {
@@ -239,8 +278,20 @@ fn restore_never_crashes_on_corrupt_payloads() {
     }
     let first = &payloads[0];
     assert_eq!(first[0], 7, "module values are RDB type 7 (module, v2)");
+    let with_version = |encver: u64| {
+        let mut header = first[..10].to_vec();
+        let id = u64::from_be_bytes(header[2..10].try_into().unwrap());
+        header[2..10].copy_from_slice(&((id & !1023) | encver).to_be_bytes());
+        header
+    };
+    assert_eq!(
+        with_version(2),
+        first[..10],
+        "buckets are saved in version 2"
+    );
     let template = Template {
         header: first[..10].to_vec(),
+        header_v1: with_version(1),
         version: [first[first.len() - 10], first[first.len() - 9]],
     };
     for p in &payloads {
@@ -322,20 +373,36 @@ fn restore_never_crashes_on_corrupt_payloads() {
     let now = digest(&mut c, "victim");
     assert_eq!(now, victim, "a refused RESTORE REPLACE kept the old value");
 
-    // 2. Hand-built states around every validity boundary.
+    // 2. Hand-built states around every validity boundary, in version 1
+    // (six integers) and version 2 (the compact state as one string).
     for _ in 0..budget / 3 {
         let f = random_fields(&mut rng);
         try_payload(
             &mut c,
-            &template.fields(&template.header, &f),
+            &template.fields(&template.header_v1, &f),
             Some(valid_state(&f)),
         );
+        if valid_state(&f) {
+            let state = compact_state(&f, 0);
+            try_payload(&mut c, &template.string(&state), Some(true));
+            // With an expiry, or one byte less or more: never a bucket.
+            let expiring = compact_state(&f, 1 + rng.below(1 << 40));
+            try_payload(&mut c, &template.string(&expiring), Some(false));
+            try_payload(
+                &mut c,
+                &template.string(&state[..state.len() - 1]),
+                Some(false),
+            );
+            let mut longer = state.clone();
+            longer.push(rng.next() as u8);
+            try_payload(&mut c, &template.string(&longer), Some(false));
+        }
     }
     // 3. Structural damage: wrong opcodes, missing or extra fields, another
-    // encoding version, a bad checksum.
+    // encoding version, a bad checksum (version 1 layouts).
     for i in 0..budget / 6 {
         let f = random_fields(&mut rng);
-        let mut body = template.header.clone();
+        let mut body = template.header_v1.clone();
         let n = [5usize, 6, 7][i % 3];
         for k in 0..n {
             if rng.below(8) == 0 {

@@ -563,30 +563,32 @@ fn memory_summary(c: &mut Connection) -> String {
 /// reuse, so the baseline is taken after this peak (`tb.max-blocked` caps it).
 fn block_burst(m: &Server, n: usize) {
     let mut c = m.conn();
-    // Drained buckets that refill in 2 s.
+    // Connect first: on a loaded machine, n connection set-ups can take
+    // longer than the buckets below take to refill.
+    let mut waiting: Vec<Connection> = (0..n).map(|_| m.conn()).collect();
+    // Drained buckets that refill in 2 s (one round trip, so that the
+    // first does not refill before the last waiter blocks).
+    let mut drain = redis::pipe();
     for i in 0..n {
-        let _: Vec<i64> = redis::cmd("TB.CONSUME")
+        drain
+            .cmd("TB.CONSUME")
             .arg(format!("burst:{i}"))
             .arg("0.5")
             .arg(1)
-            .query(&mut c)
-            .unwrap();
+            .ignore();
     }
-    let mut waiting: Vec<Connection> = (0..n)
-        .map(|i| {
-            let mut w = m.conn();
-            let cmd = redis::cmd("TB.CONSUME")
-                .arg(format!("burst:{i}"))
-                .arg("0.5")
-                .arg(1)
-                .arg(1)
-                .arg("BLOCK")
-                .arg(3000)
-                .get_packed_command();
-            w.send_packed_command(&cmd).unwrap();
-            w
-        })
-        .collect();
+    let () = drain.query(&mut c).unwrap();
+    for (i, w) in waiting.iter_mut().enumerate() {
+        let cmd = redis::cmd("TB.CONSUME")
+            .arg(format!("burst:{i}"))
+            .arg("0.5")
+            .arg(1)
+            .arg(1)
+            .arg("BLOCK")
+            .arg(3000)
+            .get_packed_command();
+        w.send_packed_command(&cmd).unwrap();
+    }
     eventually(
         &format!("{n} clients to wait at once"),
         Duration::from_secs(2),

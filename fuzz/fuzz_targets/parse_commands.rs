@@ -13,7 +13,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tb::bucket::{wire, MAX_AMOUNT};
+use tb::bucket::MAX_AMOUNT;
+use tb::codec::wire;
 use tb::parse::{
     self, ArgsError, ConfigArgs, SetStateArgs, ERR_DUPLICATE, MAX_KEYS, MAX_WAIT_MS,
 };

@@ -199,7 +199,8 @@ impl Key {
         self.refill = self.refill.saturating_add(pending(b, to));
     }
 
-    /// The stored bucket settled to `now` (what TB.INFO would show).
+    /// The stored bucket settled to `now` (its level at `now` is
+    /// `nanos_at(now)`).
     pub fn current(&self, now: i64) -> Option<Bucket> {
         self.stored.map(|mut b| {
             b.settle(now);
@@ -211,7 +212,18 @@ impl Key {
     /// `expire-idle` is on), else store it with its expiry.
     pub fn commit(&mut self, b: Bucket, now: i64) {
         match self.stored {
-            Some(old) => self.credit(&old, b.updated_us),
+            Some(old) => {
+                self.credit(&old, b.updated_us);
+                if old.rate != b.rate {
+                    // A rate change fixes the level at `now` under the old
+                    // rate. If the clock is within one exact period after
+                    // (or behind) the old stored time, that level may be
+                    // below what the last write left (the refill the stored
+                    // time deferred is dropped, never minted), and it now
+                    // refills at the new rate: a debt no reservation made.
+                    self.debt_bound = self.debt_bound.max(-old.nanos_at(now));
+                }
+            }
             None => {
                 self.created += b.cap_nanos();
                 assert!(b.updated_us == now, "a new bucket starts now");
@@ -271,12 +283,16 @@ impl Key {
         };
         assert!(b.is_valid(), "invalid state {b:?}");
         assert!(b.tokens <= b.cap_nanos(), "above capacity: {b:?}");
+        // The stored time may be up to one exact period before the write
+        // that made the state; by a period after it the level is at least
+        // what it was at that write.
+        let period = b.rate.exact_period_us() as i64;
         assert!(
-            b.tokens >= -self.debt_bound,
+            b.nanos_at(b.updated_us.saturating_add(period)) >= -self.debt_bound,
             "debt beyond any reservation's wait: {b:?}, bound {}",
             self.debt_bound
         );
-        let now_tokens = self.current(now).unwrap().tokens;
+        let now_tokens = b.nanos_at(now);
         let lhs = self.granted - self.refunded + now_tokens + self.forgotten;
         let rhs = self
             .created

@@ -3,10 +3,10 @@
 
 use crate::glue::command::{block, one_of, pattern, pure_token, string, Arity, Command};
 use crate::glue::command::{Keys, Spec};
-use crate::glue::config::SETTINGS;
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
-use crate::glue::stats;
+use crate::glue::{config, stats};
 use crate::parse::{self, glob, ConfigArgs};
+use crate::settings;
 
 /// `TB.CONFIG`.
 pub struct Config;
@@ -35,27 +35,24 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let r = ctx.reply();
     match parse::config_args(args)? {
         ConfigArgs::Get(pattern) => {
-            let hits: Vec<_> = SETTINGS
+            let hits: Vec<_> = settings::ALL
                 .iter()
                 .filter(|s| glob(pattern, s.name.as_bytes()))
                 .collect();
             r.array(hits.len() * 2);
             for s in hits {
                 r.bulk(s.name.as_bytes());
-                r.bulk((s.get)().as_bytes());
+                r.bulk(s.show().as_bytes());
             }
         }
         ConfigArgs::Set(name, value) => {
-            let setting = SETTINGS
-                .iter()
-                .find(|s| s.name.as_bytes().eq_ignore_ascii_case(name))
-                .ok_or_else(|| {
-                    CmdError::Owned(format!(
-                        "ERR unknown setting '{}'",
-                        String::from_utf8_lossy(name)
-                    ))
-                })?;
-            (setting.set)(value)?;
+            let setting = settings::find(name).ok_or_else(|| {
+                CmdError::Owned(format!(
+                    "ERR unknown setting '{}'",
+                    String::from_utf8_lossy(name)
+                ))
+            })?;
+            config::set(setting, value)?;
             r.ok();
         }
         ConfigArgs::ResetStat => {

@@ -8,7 +8,7 @@ use crate::bucket::{self, Kind, Mode};
 use crate::glue::command::{integer, key, one_of, pure_token, string, Access, Arity, Command};
 use crate::glue::command::{Keys, Spec};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
-use crate::glue::{blocking, clock, config, stats};
+use crate::glue::{blocking, clock, config, stats, top};
 use crate::parse::{self, Wait};
 
 /// `TB.CONSUME`.
@@ -72,6 +72,7 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     }
     drop(key);
     stats::record(&o, opts.n);
+    top::record(&o, now, || args.bytes(1));
     let reply = [
         i64::from(o.allowed()),
         o.remaining as i64,

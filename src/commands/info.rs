@@ -34,11 +34,9 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         r.null();
         return Ok(());
     };
-    let mut current = stored;
-    current.settle(now);
     r.array(12);
     r.bulk(b"tokens");
-    r.bulk(current.tokens_decimal().as_bytes());
+    r.bulk(stored.tokens_decimal(now).as_bytes());
     r.bulk(b"capacity");
     r.int(stored.capacity as i64);
     r.bulk(b"rate");
@@ -46,7 +44,7 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     r.bulk(b"updated_at_ms");
     r.int(stored.updated_us.div_euclid(1000));
     r.bulk(b"reset_after_ms");
-    r.int(current.reset_after_ms());
+    r.int(stored.reset_after_ms(now));
     r.bulk(b"ttl_ms");
     r.int(key.ttl_ms());
     Ok(())

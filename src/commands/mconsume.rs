@@ -9,7 +9,7 @@ use crate::bucket::{self, Mode, Part};
 use crate::glue::command::{block, integer, key, string, Access, Arity, Command, Keys, Spec};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
 use crate::glue::store::{BucketKey, Write};
-use crate::glue::{clock, config, stats};
+use crate::glue::{clock, config, stats, top};
 use crate::parse;
 
 /// `TB.MCONSUME`.
@@ -73,12 +73,13 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         0
     };
     stats::record_multi(o.allowed, o.retry_after_ms, tokens);
+    top::record_multi(&parts, &o, now, |i| args.bytes(2 + i));
     let r = ctx.reply();
-    r.array(2 + o.buckets.len());
+    r.array(2 + o.remaining.len());
     r.int(i64::from(o.allowed));
     r.int(o.retry_after_ms);
-    for b in &o.buckets {
-        r.int(b.whole_tokens() as i64);
+    for &left in &o.remaining {
+        r.int(left as i64);
     }
     Ok(())
 }

@@ -15,6 +15,7 @@ pub mod mconsume;
 pub mod refund;
 pub mod setstate;
 pub mod throttle;
+pub mod top;
 
 use crate::glue::command::Registration;
 
@@ -25,6 +26,7 @@ pub const ALL: &[Registration] = &[
     Registration::of::<refund::Refund>(),
     Registration::of::<throttle::Throttle>(),
     Registration::of::<info::Info>(),
+    Registration::of::<top::Top>(),
     Registration::of::<config::Config>(),
     Registration::of::<setstate::SetState>(),
 ];

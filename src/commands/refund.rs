@@ -38,6 +38,6 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         key.commit(&b);
         stats::REFUNDS.add(1);
     }
-    ctx.reply().int(b.whole_tokens() as i64);
+    ctx.reply().int(b.whole_tokens(now) as i64);
     Ok(())
 }

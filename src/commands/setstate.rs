@@ -5,7 +5,7 @@
 //! clock-dependent command. Deterministic: it reads no clock.
 //!
 //! Replication and AOF rewrite send the compact binary `state`
-//! ([`crate::bucket::wire`], recognised by its first byte); the decimal form,
+//! ([`crate::codec::wire`], recognised by its first byte); the decimal form,
 //! with `expire_at_ms` 0 for no expiry, is accepted too, for people and tools.
 //! A write that leaves a bucket full deletes its key and replicates `key
 //! DEL`: the module's own command, which `rename-command` cannot take away

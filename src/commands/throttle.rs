@@ -8,7 +8,7 @@
 use crate::bucket::{self, Mode};
 use crate::glue::command::{integer, key, Access, Arity, Command, Keys, Spec};
 use crate::glue::entry::{Args, CmdResult, Ctx};
-use crate::glue::{clock, stats};
+use crate::glue::{clock, stats, top};
 use crate::parse;
 
 /// `CL.THROTTLE`.
@@ -50,6 +50,7 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         key.commit(&o.bucket);
     }
     stats::record(&o, a.quantity);
+    top::record(&o, now, || args.bytes(1));
     let retry = if o.allowed() {
         -1
     } else {

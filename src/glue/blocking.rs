@@ -5,13 +5,15 @@
 //! callback here writes a bucket or replicates (which keeps clear of the
 //! Redis 7.0.15 crash with writes in blocked-client callbacks), and FIFO
 //! order is the order of the reservations. A timer unblocks the client when
-//! its reservation is due, with a reply read from the bucket then; other
-//! clients are never delayed.
+//! its reservation is due, after the promised wait in real time whatever the
+//! wall clock does meanwhile (a monotonic timer, [`super::waker`]); the
+//! reply is then read from the bucket; other clients are never delayed.
 //!
 //! Every waiter is in [`WAITING`] from the moment it blocks until its
 //! blocked-client handle goes back to Redis (`RedisModule_UnblockClient`),
 //! whichever way it ends:
-//! - its timer fires: it is unblocked with its reply;
+//! - its timer fires: it is unblocked, and its reply callback reads the
+//!   bucket (never writing it) to answer;
 //! - it disconnects or is killed (`CLIENT KILL`), or Redis unblocks it
 //!   with an error (`CLIENT UNBLOCK ... ERROR`, a master turning replica):
 //!   the disconnect callback stops its timer and hands the handle back at
@@ -30,12 +32,13 @@ use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use redis_module::raw;
 
 use super::entry::{guard, Ctx, KeyName};
 use super::reply::Replier;
-use super::{clock, config, stats};
+use super::{clock, config, stats, waker};
 use crate::bucket::{Bucket, Limits};
 
 /// The reply a blocked client gets: `[allowed, remaining, retry_after_ms,
@@ -59,11 +62,10 @@ pub fn can_block(ctx: &Ctx<'_>) -> bool {
 /// A client waiting for its timer.
 struct Waiter {
     /// The timer that unblocks it.
-    timer: raw::RedisModuleTimerID,
-    /// The bucket's key (a reference the waiter holds, released on drop)
-    /// and database: its reply describes the bucket as it is when sent.
+    timer: waker::TimerId,
+    /// The bucket's key (a reference the waiter holds, released on drop):
+    /// its reply describes the bucket as it is when sent.
     key: NonNull<raw::RedisModuleString>,
-    db: c_int,
     /// The limits it asked for: a missing key is a full bucket of these.
     limits: Limits,
     /// Tokens it reserved.
@@ -83,24 +85,19 @@ impl Waiter {
     /// bucket's tokens and time until full read now (a read, never a
     /// write: reservations made while it waited count).
     fn reply(&self, ctx: NonNull<raw::RedisModuleCtx>, left_ms: i64) -> Due {
-        // SAFETY: ctx is the live context of the callback running this, on
-        // the waiter's database; the key is held until self is dropped.
+        // SAFETY: ctx is the live context of a callback of the waiter's
+        // client (reply or timeout), on its database; the key is held until
+        // self is dropped.
         let (ctx, key) = unsafe { (Ctx::new(ctx, c"tb.consume"), KeyName::from_raw(self.key)) };
         let now = clock::now_us();
         // A key that holds something else now holds no bucket either.
         let stored = ctx.peek_bucket(key).ok().and_then(|k| k.stored());
-        let b = match stored {
-            Some(mut b) => {
-                b.settle(now);
-                b
-            }
-            None => Bucket::full(self.limits, now),
-        };
+        let b = stored.unwrap_or_else(|| Bucket::full(self.limits, now));
         [
             1,
-            b.whole_tokens() as i64,
+            b.whole_tokens(now) as i64,
             left_ms,
-            b.reset_after_ms(),
+            b.reset_after_ms(now),
             self.granted as i64,
         ]
     }
@@ -220,6 +217,9 @@ pub fn block_for(
     limits: Limits,
     granted: u64,
 ) -> bool {
+    if !waker::start() {
+        return false;
+    }
     // SAFETY: ctx is the live context of the current command; the callbacks
     // match the signatures Redis expects; no timeout of Redis' own (the
     // timer unblocks), but a timeout callback, which CLIENT UNBLOCK uses.
@@ -235,32 +235,26 @@ pub fn block_for(
     if bc.is_null() {
         return false;
     }
-    // SAFETY: bc is the handle just returned; the timer's data is the
-    // handle's address, looked up in WAITING when it fires.
-    let timer = unsafe {
+    // SAFETY: bc is the handle just returned; ctx and the key string are
+    // live for this call, and the reference taken here keeps the string
+    // alive until the Waiter is dropped.
+    let key = unsafe {
         raw::RedisModule_SetDisconnectCallback.unwrap()(bc, Some(disconnected));
-        raw::RedisModule_CreateTimer.unwrap()(
-            ctx.as_ptr(),
-            wait_ms.max(0),
-            Some(timer_fired),
-            bc.cast(),
-        )
-    };
-    // SAFETY: ctx is live; the key string is live for this call, and the
-    // reference taken here keeps it alive until the Waiter is dropped.
-    let (db, key) = unsafe {
         raw::RedisModule_RetainString.unwrap()(std::ptr::null_mut(), key.as_ptr());
-        (
-            raw::RedisModule_GetSelectedDb.unwrap()(ctx.as_ptr()),
-            NonNull::new_unchecked(key.as_ptr()),
-        )
+        NonNull::new_unchecked(key.as_ptr())
     };
+    // The timer's data is the handle's address, looked up in WAITING when
+    // it fires.
+    let timer = waker::create(
+        Duration::from_millis(wait_ms.max(0) as u64),
+        timer_fired,
+        bc.cast(),
+    );
     insert(
         bc,
         Waiter {
             timer,
             key,
-            db,
             limits,
             granted,
         },
@@ -269,11 +263,11 @@ pub fn block_for(
     true
 }
 
-/// Hands `bc` back to Redis with `reply` (or none); Redis frees the handle
-/// before the event loop next sleeps, after replying if the client is still
-/// there.
-fn hand_back(bc: Handle, reply: Option<Due>) {
-    let privdata = reply.map_or(std::ptr::null_mut(), |d| Box::into_raw(Box::new(d)));
+/// Hands `bc` back to Redis, with the waiter whose reply its reply callback
+/// sends (or none: the client is gone, or was answered already); Redis frees
+/// the handle before the event loop next sleeps.
+fn hand_back(bc: Handle, reply: Option<Waiter>) {
+    let privdata = reply.map_or(std::ptr::null_mut(), |w| Box::into_raw(Box::new(w)));
     // SAFETY: bc came from RedisModule_BlockClient and was in WAITING, from
     // which every caller removed it: it is handed back exactly once. Redis
     // passes privdata to reply_due (if the client is still there) and then
@@ -282,27 +276,20 @@ fn hand_back(bc: Handle, reply: Option<Due>) {
 }
 
 /// The timer of a waiter fired: its reservation is due.
-extern "C" fn timer_fired(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    guard((), || {
-        let bc: Handle = data.cast();
-        let (Some(w), Some(ctx)) = (remove(bc), NonNull::new(ctx)) else {
-            return;
-        };
-        // SAFETY: ctx is this timer's context, which may select any db.
-        unsafe { raw::RedisModule_SelectDb.unwrap()(ctx.as_ptr(), w.db) };
-        hand_back(bc, Some(w.reply(ctx, 0)));
-    })
+fn timer_fired(data: *mut c_void) {
+    let bc: Handle = data.cast();
+    if let Some(w) = remove(bc) {
+        hand_back(bc, Some(w));
+    }
 }
 
 /// Redis released the client before its reservation was due: it
 /// disconnected, was killed, or was unblocked with an error. Its timer is
 /// stopped and its handle handed back now.
-extern "C" fn disconnected(ctx: *mut raw::RedisModuleCtx, bc: Handle) {
+extern "C" fn disconnected(_ctx: *mut raw::RedisModuleCtx, bc: Handle) {
     guard((), || {
         if let Some(w) = remove(bc) {
-            // SAFETY: ctx is this module's callback context; the timer is
-            // this module's and has not fired (it would have removed bc).
-            unsafe { raw::RedisModule_StopTimer.unwrap()(ctx, w.timer, std::ptr::null_mut()) };
+            waker::stop(w.timer);
             hand_back(bc, None);
         }
     })
@@ -317,57 +304,48 @@ extern "C" fn unblocked_early(
     _argc: c_int,
 ) -> c_int {
     guard((), || {
+        let Some(ctx) = NonNull::new(ctx) else {
+            return;
+        };
         // SAFETY: ctx is the timeout context of a client blocked by
         // `block_for`: it has the handle and a client to reply to.
         let (bc, r) = unsafe {
             (
-                raw::RedisModule_GetBlockedClientHandle.unwrap()(ctx),
-                Replier::from_raw(ctx),
+                raw::RedisModule_GetBlockedClientHandle.unwrap()(ctx.as_ptr()),
+                Replier::from_raw(ctx.as_ptr()),
             )
         };
         match remove(bc) {
             Some(w) => {
-                let mut left_ms: u64 = 0;
-                // SAFETY: the timer is this module's and has not fired.
-                unsafe {
-                    raw::RedisModule_GetTimerInfo.unwrap()(
-                        ctx,
-                        w.timer,
-                        &mut left_ms,
-                        std::ptr::null_mut(),
-                    );
-                    raw::RedisModule_StopTimer.unwrap()(ctx, w.timer, std::ptr::null_mut());
-                }
-                let left = left_ms.min(i64::MAX as u64) as i64;
-                // The timeout context is the waiter's: on its database.
-                if let Some(ctx) = NonNull::new(ctx) {
-                    r.ints(&w.reply(ctx, left));
-                }
+                let left = waker::stop(w.timer).map_or(0, |(left, _)| left.as_millis());
+                // Whole milliseconds, rounded up: never optimistic.
+                let left_ms = (left + u128::from(left > 0)).min(i64::MAX as u128) as i64;
+                r.ints(&w.reply(ctx, left_ms));
                 hand_back(bc, None);
             }
             // The timer fired in this same event-loop turn: the handle went
-            // back with its reply, which Redis now passes here.
+            // back with its waiter, which Redis now passes here.
             None => reply_from_privdata(ctx),
         }
     });
     raw::Status::Ok as c_int
 }
 
-/// Replies the [`Due`] attached to a handed-back handle.
-fn reply_from_privdata(ctx: *mut raw::RedisModuleCtx) {
+/// Replies for the waiter attached to a handed-back handle.
+fn reply_from_privdata(ctx: NonNull<raw::RedisModuleCtx>) {
     // SAFETY: ctx is a reply or timeout context of a client blocked by
-    // `block_for`; its private data is the Due set by `hand_back` (or
+    // `block_for`; its private data is the Waiter set by `hand_back` (or
     // NULL), alive until free_due runs after this callback.
-    let (due, r) = unsafe {
+    let (w, r) = unsafe {
         (
-            raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx)
-                .cast::<Due>()
+            raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx.as_ptr())
+                .cast::<Waiter>()
                 .as_ref(),
-            Replier::from_raw(ctx),
+            Replier::from_raw(ctx.as_ptr()),
         )
     };
-    match due {
-        Some(d) => r.ints(d),
+    match w {
+        Some(w) => r.ints(&w.reply(ctx, 0)),
         None => r.error("ERR tb: lost the reservation reply"),
     }
 }
@@ -377,15 +355,20 @@ extern "C" fn reply_due(
     _argv: *mut *mut raw::RedisModuleString,
     _argc: c_int,
 ) -> c_int {
-    guard((), || reply_from_privdata(ctx));
+    guard((), || {
+        if let Some(ctx) = NonNull::new(ctx) {
+            reply_from_privdata(ctx);
+        }
+    });
     raw::Status::Ok as c_int
 }
 
 extern "C" fn free_due(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {
     guard((), || {
         if !privdata.is_null() {
-            // SAFETY: privdata is the Box<Due> leaked in `hand_back`, freed once.
-            drop(unsafe { Box::from_raw(privdata.cast::<Due>()) });
+            // SAFETY: privdata is the Box<Waiter> leaked in `hand_back`,
+            // freed once (which releases its key).
+            drop(unsafe { Box::from_raw(privdata.cast::<Waiter>()) });
         }
     })
 }

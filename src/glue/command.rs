@@ -291,8 +291,9 @@ fn register(ctx: &Context, r: &Registration) -> Result<(), String> {
     Ok(())
 }
 
-/// Module version in which every command first appeared.
-const SINCE: &CStr = c"1.0.0";
+/// Module version in which every command first appeared (`since` in
+/// `COMMAND DOCS`).
+const SINCE: &CStr = crate::version::FIRST_RELEASE;
 
 /// Layout of the structs below as this build knows them; Redis reads the
 /// arrays with these sizes, so a server with smaller structs still works.

@@ -1,5 +1,12 @@
-//! The `tb-bucket` data type: RDB save/load, AOF rewrite, digest, memory
-//! usage, copy and free. Every callback is guarded against panics.
+//! The `tb-bucket` data type: the value Redis holds for a key, RDB save/load,
+//! AOF rewrite, digest, memory usage, copy and free. Every callback is guarded
+//! against panics.
+//!
+//! The value is one allocation in one of two forms, told apart by bit 0 of
+//! its first word: the 32-byte packed form ([`packed`]) for every realistic
+//! bucket, or the wide form (a tag word and the [`Bucket`]) for states that
+//! do not fit, chosen again at every write. The wide form is also where
+//! state beyond the bucket itself (a bounded list of leases, say) will go.
 
 use std::os::raw::{c_int, c_void};
 
@@ -8,11 +15,13 @@ use redis_module::raw;
 
 use super::entry::guard;
 use super::store::SETSTATE;
-use crate::bucket::{wire, Bucket, Rate};
+use crate::bucket::Bucket;
+use crate::codec::{packed, rdb_v1, rdb_v2, wire};
 
-/// RDB encoding version of a bucket. Bump it when the layout changes and keep
-/// loading the older versions.
-pub const ENCODING_VERSION: i32 = 1;
+/// RDB encoding version of a bucket. Version 2 saves the [`rdb_v2`] string;
+/// version 1 (six integers, [`rdb_v1`]) is still loaded. Bump it when the
+/// layout changes and keep loading the older versions.
+pub const ENCODING_VERSION: i32 = 2;
 
 /// The module's data type (name exactly 9 characters, as Redis requires).
 pub static TB_TYPE: RedisType = RedisType::new(
@@ -46,14 +55,99 @@ pub fn tb_type() -> *mut raw::RedisModuleType {
     *TB_TYPE.raw_type.borrow()
 }
 
+/// First word of the wide form (bit 0 set; the packed form has it clear).
+const WIDE: u64 = 1;
+
+/// The wide form of a value.
+#[repr(C)]
+struct Wide {
+    /// Always [`WIDE`].
+    tag: u64,
+    bucket: Bucket,
+}
+
+/// A value as Redis holds it: points to a packed form or a wide form.
+type Value = *mut c_void;
+
+/// A new value holding `b`, in the smallest form that holds it exactly.
+/// Redis owns it once it is set on a key, and frees it through [`free`].
+pub fn new_value(b: &Bucket) -> Value {
+    match packed::pack(b) {
+        Some(words) => Box::into_raw(Box::new(words)).cast(),
+        None => Box::into_raw(Box::new(Wide {
+            tag: WIDE,
+            bucket: *b,
+        }))
+        .cast(),
+    }
+}
+
+/// Whether `v` is the wide form.
+///
+/// # Safety
+/// `v` was made by [`new_value`] and is live.
+unsafe fn is_wide(v: Value) -> bool {
+    // SAFETY: both forms start with an aligned u64 (repr(C) Wide, [u64; 4]).
+    unsafe { *v.cast::<u64>() & 1 == WIDE }
+}
+
+/// The bucket in `v`.
+///
+/// # Safety
+/// `v` was made by [`new_value`] and is live.
+pub unsafe fn read_value(v: Value) -> Bucket {
+    // SAFETY: the tag says which form `v` points to.
+    unsafe {
+        if is_wide(v) {
+            (*v.cast::<Wide>()).bucket
+        } else {
+            packed::unpack(&*v.cast::<[u64; packed::WORDS]>())
+        }
+    }
+}
+
+/// Writes `b` into `v` when `v`'s form is the one `b` takes; false if the
+/// form changes (the caller then replaces the value with [`new_value`]).
+///
+/// # Safety
+/// `v` was made by [`new_value`], is live, and nothing else refers to it.
+pub unsafe fn write_value(v: Value, b: &Bucket) -> bool {
+    // SAFETY: the tag says which form `v` points to; it is not shared.
+    unsafe {
+        match (is_wide(v), packed::pack(b)) {
+            (false, Some(words)) => *v.cast::<[u64; packed::WORDS]>() = words,
+            (true, None) => (*v.cast::<Wide>()).bucket = *b,
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Frees a value made by [`new_value`].
+///
+/// # Safety
+/// `v` was made by [`new_value`], is live, and is freed once.
+pub unsafe fn free_value(v: Value) {
+    // SAFETY: the tag says which Box `v` came from.
+    unsafe {
+        if is_wide(v) {
+            drop(Box::from_raw(v.cast::<Wide>()));
+        } else {
+            drop(Box::from_raw(v.cast::<[u64; packed::WORDS]>()));
+        }
+    }
+}
+
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guard(std::ptr::null_mut(), || {
-        if encver != ENCODING_VERSION {
-            return std::ptr::null_mut();
-        }
-        match load_fields(rdb) {
-            Some(b) if b.is_valid() => Box::into_raw(Box::new(b)).cast(),
-            _ => {
+        let loaded = match encver {
+            1 => load_v1(rdb),
+            2 => load_v2(rdb),
+            _ => None,
+        };
+        match loaded {
+            Some(b) => new_value(&b),
+            None => {
                 redis_module::logging::log_warning(
                     "tb: rejected a corrupt or truncated tb-bucket value",
                 );
@@ -63,34 +157,47 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
     })
 }
 
-/// Reads one bucket; `None` on a short read (I/O errors are handled by the
-/// module, see `HANDLE_IO_ERRORS` at load) or an impossible rate.
-fn load_fields(rdb: *mut raw::RedisModuleIO) -> Option<Bucket> {
-    let lo = raw::load_unsigned(rdb).ok()?;
-    let hi = raw::load_unsigned(rdb).ok()?;
-    let updated_us = raw::load_signed(rdb).ok()?;
-    let num = raw::load_unsigned(rdb).ok()?;
-    let den = raw::load_unsigned(rdb).ok()?;
-    let capacity = raw::load_unsigned(rdb).ok()?;
-    Some(Bucket {
-        tokens: ((u128::from(hi) << 64) | u128::from(lo)) as i128,
-        updated_us,
-        rate: Rate::new(u128::from(num), u128::from(den))?,
-        capacity,
-    })
+/// Reads a version 1 value; `None` on a short read (I/O errors are handled
+/// by the module, see `HANDLE_IO_ERRORS` at load) or an invalid state.
+fn load_v1(rdb: *mut raw::RedisModuleIO) -> Option<Bucket> {
+    let mut fields = [0u64; 6];
+    for (i, f) in fields.iter_mut().enumerate() {
+        *f = if i == 2 {
+            raw::load_signed(rdb).ok()? as u64
+        } else {
+            raw::load_unsigned(rdb).ok()?
+        };
+    }
+    rdb_v1::decode(fields)
+}
+
+/// Reads a version 2 value: one string, longer than any valid one refused.
+fn load_v2(rdb: *mut raw::RedisModuleIO) -> Option<Bucket> {
+    let mut len = 0;
+    // SAFETY: rdb is the live I/O handle of this load; Redis returns a buffer
+    // of `len` bytes it allocated (or NULL on an I/O error), freed below.
+    let buf = unsafe { raw::RedisModule_LoadStringBuffer.unwrap()(rdb, &mut len) };
+    if buf.is_null() || raw::is_io_error(rdb) {
+        return None;
+    }
+    let b = if len <= rdb_v2::MAX_LEN {
+        // SAFETY: Redis guarantees `len` readable bytes at `buf`.
+        rdb_v2::decode(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) })
+    } else {
+        None
+    };
+    // SAFETY: buf was allocated by Redis for this call and is freed once.
+    unsafe { raw::RedisModule_Free.unwrap()(buf.cast()) };
+    b
 }
 
 extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     guard((), || {
         // SAFETY: Redis passes a value created by this type.
-        let b = unsafe { &*value.cast::<Bucket>() };
-        let t = b.tokens as u128;
-        raw::save_unsigned(rdb, t as u64);
-        raw::save_unsigned(rdb, (t >> 64) as u64);
-        raw::save_signed(rdb, b.updated_us);
-        raw::save_unsigned(rdb, b.rate.num());
-        raw::save_unsigned(rdb, b.rate.den());
-        raw::save_unsigned(rdb, b.capacity);
+        let b = unsafe { read_value(value) };
+        let mut buf = [0u8; rdb_v2::MAX_LEN];
+        let len = rdb_v2::encode(&b, &mut buf);
+        raw::save_slice(rdb, &buf[..len]);
     })
 }
 
@@ -103,9 +210,9 @@ extern "C" fn aof_rewrite(
 ) {
     guard((), || {
         // SAFETY: Redis passes a value created by this type.
-        let b = unsafe { &*value.cast::<Bucket>() };
+        let b = unsafe { read_value(value) };
         let mut buf = [0u8; wire::MAX_LEN];
-        let len = wire::encode(b, 0, &mut buf);
+        let len = wire::encode(&b, 0, &mut buf);
         // SAFETY: the format string matches the arguments: s = RedisModuleString*,
         // b = (char*, size_t).
         unsafe {
@@ -121,15 +228,22 @@ extern "C" fn aof_rewrite(
     })
 }
 
-extern "C" fn mem_usage(_value: *const c_void) -> usize {
-    std::mem::size_of::<Bucket>()
+extern "C" fn mem_usage(value: *const c_void) -> usize {
+    // SAFETY: Redis passes a value created by this type.
+    if unsafe { is_wide(value.cast_mut()) } {
+        std::mem::size_of::<Wide>()
+    } else {
+        std::mem::size_of::<[u64; packed::WORDS]>()
+    }
 }
 
+/// The digest covers the bucket's fields, whatever its form (the form
+/// follows from them, so master and replica always agree on it anyway).
 extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     guard((), || {
         // SAFETY: Redis passes a value created by this type and a live digest.
         unsafe {
-            let b = &*value.cast::<Bucket>();
+            let b = read_value(value);
             let add = raw::RedisModule_DigestAddLongLong.unwrap();
             let t = b.tokens as u128;
             add(md, t as u64 as i64);
@@ -145,9 +259,8 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
 
 extern "C" fn free(value: *mut c_void) {
     guard((), || {
-        // SAFETY: the value was created by Box::into_raw in this module and
-        // Redis frees it exactly once.
-        drop(unsafe { Box::from_raw(value.cast::<Bucket>()) });
+        // SAFETY: the value was made by new_value and Redis frees it exactly once.
+        unsafe { free_value(value) };
     })
 }
 
@@ -158,7 +271,6 @@ extern "C" fn copy(
 ) -> *mut c_void {
     guard(std::ptr::null_mut(), || {
         // SAFETY: Redis passes a value created by this type.
-        let b = unsafe { *value.cast::<Bucket>() };
-        Box::into_raw(Box::new(b)).cast()
+        new_value(&unsafe { read_value(value.cast_mut()) })
     })
 }

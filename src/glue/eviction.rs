@@ -5,18 +5,21 @@
 //! policies evict keys with a TTL, and buckets carry one while `expire-idle`
 //! is on. Safe: `noeviction`, or `volatile-*` with `tb.expire-idle no`.
 //!
-//! The policy is read with `CONFIG GET` at load and again whenever `CONFIG
-//! SET` changes it (config change event); a warning goes to the log when the
-//! combination can evict buckets, and `INFO tb` shows it as
+//! The policy is read from `INFO memory` through the module API (not the
+//! `CONFIG` command, which `rename-command` can rename or remove) at load,
+//! whenever `CONFIG SET` changes it or `tb.expire-idle` (config change
+//! event), and when `TB.CONFIG SET` changes `expire-idle`. A warning goes to
+//! the log when the combination can evict buckets, and `INFO tb` shows it as
 //! `eviction_policy_can_evict_buckets`.
 
+use std::ffi::CStr;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use redis_module::{Context, RedisValue};
+use redis_module::{raw, Context};
 use redis_module_macros::config_changed_event_handler;
 
-use super::config;
 use super::entry::guard;
+use super::{config, log};
 
 /// The policy could not be read (treated as able to evict).
 const UNKNOWN: u8 = 0;
@@ -53,29 +56,41 @@ fn classify(policy: &str) -> u8 {
     }
 }
 
-/// `maxmemory-policy` as `CONFIG GET` answers it.
-fn read_policy(ctx: &Context) -> Option<String> {
-    match ctx.call("CONFIG", &["GET", "maxmemory-policy"][..]) {
-        Ok(RedisValue::Array(v)) => match v.get(1) {
-            Some(RedisValue::SimpleString(s) | RedisValue::BulkString(s)) => Some(s.clone()),
-            _ => None,
-        },
-        _ => None,
+/// `maxmemory-policy`, from the `maxmemory_policy` field of `INFO memory`.
+fn read_policy() -> Option<String> {
+    // SAFETY: the API pointers are filled by RedisModule_Init. A NULL context
+    // is allowed for GetServerInfo and FreeServerInfo (no automatic memory);
+    // the field's C string lives until FreeServerInfo, and is copied first.
+    unsafe {
+        let (get, field, free) = (
+            raw::RedisModule_GetServerInfo?,
+            raw::RedisModule_ServerInfoGetFieldC?,
+            raw::RedisModule_FreeServerInfo?,
+        );
+        let info = get(std::ptr::null_mut(), c"memory".as_ptr());
+        if info.is_null() {
+            return None;
+        }
+        let value = field(info, c"maxmemory_policy".as_ptr());
+        let policy =
+            (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().into_owned());
+        free(std::ptr::null_mut(), info);
+        policy
     }
 }
 
 /// Reads the policy again and logs a warning if it can evict buckets.
 /// Never panics (a panic is caught and leaves the policy unknown).
-pub fn refresh(ctx: &Context) {
+pub fn refresh() {
     guard((), || {
-        let policy = read_policy(ctx);
+        let policy = read_policy();
         let class = policy.as_deref().map_or(UNKNOWN, classify);
         POLICY.store(class, Ordering::Relaxed);
         if !can_evict_buckets() {
             return;
         }
         let shown = policy.as_deref().unwrap_or("(unreadable)");
-        ctx.log_warning(&format!(
+        log::warning(&format!(
             "tb: maxmemory-policy {shown} can evict rate-limit buckets under maxmemory, and an \
              evicted bucket comes back full (it hands out tokens). Use noeviction, or a \
              volatile-* policy with tb.expire-idle no."
@@ -85,13 +100,13 @@ pub fn refresh(ctx: &Context) {
 
 /// Re-reads the policy when `CONFIG SET` changes it or `tb.expire-idle`.
 #[config_changed_event_handler]
-fn config_changed(ctx: &Context, names: &[&str]) {
+fn config_changed(_ctx: &Context, names: &[&str]) {
     guard((), || {
         let relevant = names.iter().any(|n| {
             n.eq_ignore_ascii_case("maxmemory-policy") || n.eq_ignore_ascii_case("tb.expire-idle")
         });
         if relevant {
-            refresh(ctx);
+            refresh();
         }
     })
 }

@@ -1,4 +1,7 @@
-//! Counters since start, shown by `INFO tb` and zeroed by `TB.CONFIG RESETSTAT`.
+//! The `INFO tb` section: counters since start (zeroed by `TB.CONFIG
+//! RESETSTAT`, not by `CONFIG RESETSTAT`, which modules cannot see), the
+//! histogram of granted waits, gauges, and the current settings (so that a
+//! user allowed `INFO` but not `CONFIG` or `TB.CONFIG` can read them).
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
@@ -7,6 +10,7 @@ use redis_module_macros::info_command_handler;
 
 use super::entry::guard;
 use crate::bucket::{Kind, Outcome};
+use crate::settings;
 
 /// One named counter.
 pub struct Counter {
@@ -73,6 +77,29 @@ pub static ALL: [&Counter; 10] = [
 /// Clients blocked right now (a gauge, not reset by RESETSTAT).
 pub static BLOCKED_NOW: AtomicI64 = AtomicI64::new(0);
 
+/// Upper bounds (inclusive, in ms) of the buckets of the granted-wait
+/// histogram: how long a granted request was told to wait before using its
+/// tokens (0 when granted at once, `retry_after_ms` of a reservation). Waits
+/// above the last bound count only in the `+Inf` bucket.
+pub const WAIT_BOUNDS_MS: [u64; 16] = [
+    0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000,
+];
+
+/// Granted waits per bucket (not cumulative; the last one is above every
+/// bound), their sum in ms.
+static WAITS: [AtomicU64; WAIT_BOUNDS_MS.len() + 1] =
+    [const { AtomicU64::new(0) }; WAIT_BOUNDS_MS.len() + 1];
+static WAIT_SUM_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Records one granted request told to wait `wait_ms` (0: served at once).
+/// A binary search over 16 bounds and two relaxed additions.
+fn record_wait(wait_ms: i64) {
+    let ms = wait_ms.max(0) as u64;
+    let i = WAIT_BOUNDS_MS.partition_point(|&bound| bound < ms);
+    WAITS[i].fetch_add(1, Ordering::Relaxed);
+    WAIT_SUM_MS.fetch_add(ms, Ordering::Relaxed);
+}
+
 /// Records one consume outcome for a request of `n` tokens.
 pub fn record(o: &Outcome, n: u64) {
     CALLS.add(1);
@@ -82,6 +109,9 @@ pub fn record(o: &Outcome, n: u64) {
             TOKENS_GRANTED.add(o.granted);
             if o.kind == Kind::Reserved {
                 RESERVATIONS.add(1);
+                record_wait(o.retry_after_ms);
+            } else {
+                record_wait(0);
             }
             if o.granted < n {
                 PARTIAL_GRANTS.add(1);
@@ -102,6 +132,7 @@ pub fn record_multi(allowed: bool, retry_after_ms: i64, tokens: u64) {
     if allowed {
         ALLOWED.add(1);
         TOKENS_GRANTED.add(tokens);
+        record_wait(retry_after_ms);
         if retry_after_ms > 0 {
             RESERVATIONS.add(1);
         }
@@ -113,20 +144,43 @@ pub fn record_multi(allowed: bool, retry_after_ms: i64, tokens: u64) {
     }
 }
 
-/// Zeroes every counter.
+/// Zeroes every counter and the wait histogram.
 pub fn reset() {
     for c in ALL {
         c.value.store(0, Ordering::Relaxed);
     }
+    for w in &WAITS {
+        w.store(0, Ordering::Relaxed);
+    }
+    WAIT_SUM_MS.store(0, Ordering::Relaxed);
+    super::top::reset();
 }
 
+/// The `INFO tb` section (header `# tb`; Redis prefixes each field with
+/// `tb_`). Every value is an integer, so any INFO reader or the Prometheus
+/// exporter script can take them all. README ("INFO tb") lists the fields.
 #[info_command_handler]
 fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     guard(Ok(()), || {
-        let mut section = ctx.builder().add_section("stats");
+        // The empty name is the module's own section, `# tb`.
+        let mut section = ctx.builder().add_section("");
         for c in ALL {
             section = section.field(c.name, c.get().to_string())?;
         }
+        let mut cumulative = 0;
+        for (i, w) in WAITS.iter().enumerate() {
+            cumulative += w.load(Ordering::Relaxed);
+            let name = match WAIT_BOUNDS_MS.get(i) {
+                Some(bound) => format!("wait_ms_le_{bound}"),
+                None => "wait_ms_le_inf".to_string(),
+            };
+            section = section.field(&name, cumulative.to_string())?;
+        }
+        section = section.field(
+            "wait_ms_sum",
+            WAIT_SUM_MS.load(Ordering::Relaxed).to_string(),
+        )?;
+        section = section.field("wait_ms_count", cumulative.to_string())?;
         section = section.field(
             "blocked_now",
             BLOCKED_NOW.load(Ordering::Relaxed).to_string(),
@@ -135,6 +189,9 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
             "eviction_policy_can_evict_buckets",
             u8::from(super::eviction::can_evict_buckets()).to_string(),
         )?;
+        for s in settings::ALL {
+            section = section.field(&s.name.replace('-', "_"), s.get().to_string())?;
+        }
         section.build_section()?.build_info()?;
         Ok(())
     })

@@ -9,14 +9,15 @@
 
 use std::cell::Cell;
 use std::marker::PhantomData;
-use std::os::raw::c_longlong;
+use std::os::raw::{c_longlong, c_void};
 
 use redis_module::raw;
 
 use super::config;
-use super::datatype::tb_type;
+use super::datatype::{self, tb_type};
 use super::entry::{CmdError, Ctx, KeyName};
-use crate::bucket::{wire, Bucket, Expiry};
+use crate::bucket::{Bucket, Expiry};
+use crate::codec::wire;
 
 /// Name of the internal command that sets a bucket's absolute state; it is
 /// what replicas and the AOF receive instead of the client's command.
@@ -37,9 +38,9 @@ pub struct BucketKey<'c, M> {
     name: KeyName<'c>,
     /// The bucket found when the key was opened.
     stored: Option<Bucket>,
-    /// The stored bucket's address (null if none), so that
-    /// [`BucketKey::put`] writes it in place without asking Redis again.
-    value: Cell<*mut Bucket>,
+    /// The stored value found when the key was opened (null if none), so
+    /// that [`BucketKey::put`] writes it in place without asking Redis again.
+    value: Cell<*mut c_void>,
     _mode: PhantomData<M>,
 }
 
@@ -153,11 +154,11 @@ impl<'c, M> BucketKey<'c, M> {
     fn get(&self) -> Result<Option<Bucket>, CmdError> {
         let found = self.value_ptr()?;
         self.value.set(found.unwrap_or(std::ptr::null_mut()));
-        // SAFETY: a non-null value pointer of our type points to a live Bucket.
-        Ok(found.map(|p| unsafe { *p }))
+        // SAFETY: a non-null value of our type is a live value of datatype.rs.
+        Ok(found.map(|p| unsafe { datatype::read_value(p) }))
     }
 
-    fn value_ptr(&self) -> Result<Option<*mut Bucket>, CmdError> {
+    fn value_ptr(&self) -> Result<Option<*mut c_void>, CmdError> {
         // SAFETY: self.key is an open key (NULL for a missing key opened
         // read-only, which KeyType reports as empty).
         unsafe {
@@ -170,7 +171,7 @@ impl<'c, M> BucketKey<'c, M> {
             {
                 return Err(CmdError::WrongType);
             }
-            let value = raw::RedisModule_ModuleTypeGetValue.unwrap()(self.key).cast::<Bucket>();
+            let value = raw::RedisModule_ModuleTypeGetValue.unwrap()(self.key);
             Ok((!value.is_null()).then_some(value))
         }
     }
@@ -238,26 +239,42 @@ impl<'c> BucketKey<'c, Write> {
         unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(self.ctx.as_ptr()) };
     }
 
-    /// Stores `b`, in place when the key held a bucket.
+    /// Stores `b`, in place when the key held a bucket whose value has the
+    /// form `b` takes (packed or wide), else as a new value that replaces
+    /// the old one (keeping the key's expiry).
     fn put(&self, b: &Bucket) {
         let existing = self.value.get();
-        if !existing.is_null() {
-            // SAFETY: `get` found this live value under the still-open key, and
-            // no reference to it is held.
-            unsafe { *existing = *b };
+        // SAFETY: the key was opened with this value under it, still open,
+        // and no reference to the value is held.
+        if !existing.is_null() && unsafe { datatype::write_value(existing, b) } {
             return;
         }
-        let value = Box::into_raw(Box::new(*b));
-        // SAFETY: the key is open for writing and empty; Redis owns `value`
-        // from here on and frees it through the type's free callback.
+        let value = datatype::new_value(b);
+        // SAFETY: the key is open for writing and holds our type's `existing`
+        // value, or nothing; Redis owns `value` from here on and frees it
+        // through the type's free callback; the replaced value is ours to free.
         let status = unsafe {
-            raw::RedisModule_ModuleTypeSetValue.unwrap()(self.key, tb_type(), value.cast())
+            if existing.is_null() {
+                raw::RedisModule_ModuleTypeSetValue.unwrap()(self.key, tb_type(), value)
+            } else {
+                let mut old = std::ptr::null_mut();
+                let status = raw::RedisModule_ModuleTypeReplaceValue.unwrap()(
+                    self.key,
+                    tb_type(),
+                    value,
+                    &mut old,
+                );
+                if status == raw::Status::Ok as i32 && !old.is_null() {
+                    datatype::free_value(old);
+                }
+                status
+            }
         };
         if status == raw::Status::Ok as i32 {
             self.value.set(value);
         } else {
-            // SAFETY: Redis did not take ownership, so the box is still ours.
-            drop(unsafe { Box::from_raw(value) });
+            // SAFETY: Redis did not take ownership, so the value is still ours.
+            unsafe { datatype::free_value(value) };
         }
     }
 

@@ -112,6 +112,21 @@ pub fn server_version() -> (u32, u32, u32) {
     })
 }
 
+/// Whether [`redis_server_bin`] offers the module API function
+/// `RedisModule_<name>`: its name is in the binary's API table (Redis and
+/// Valkey register each function by that string). Tests branch on server
+/// features this way, never on the version number: Valkey reports its own
+/// version (8.x) over Redis 7.2's API. Cached per name.
+pub fn server_has_api(name: &str) -> bool {
+    static BINARY: OnceLock<Vec<u8>> = OnceLock::new();
+    let binary = BINARY.get_or_init(|| {
+        let bin = redis_server_bin();
+        fs::read(&bin).unwrap_or_else(|e| panic!("cannot read {}: {e}", bin.display()))
+    });
+    let needle = format!("RedisModule_{name}\0");
+    binary.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
 /// Extracts `X.Y.Z` from the `v=X.Y.Z` word of `redis-server --version`.
 fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
     let v = text.split_whitespace().find_map(|w| w.strip_prefix("v="))?;
@@ -156,6 +171,9 @@ pub struct ServerConfig {
     pub dir: Option<PathBuf>,
     /// The port to listen on. Default: [`free_port`].
     pub port: Option<u16>,
+    /// Extra environment variables for the server process (e.g. an
+    /// `LD_PRELOAD` clock shim, see `tests/clock.rs`).
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for ServerConfig {
@@ -166,6 +184,7 @@ impl Default for ServerConfig {
             load_module: true,
             dir: None,
             port: None,
+            env: Vec::new(),
         }
     }
 }
@@ -232,6 +251,28 @@ impl Server {
             }
         }
         panic!("{last_error}");
+    }
+
+    /// Starts a server with `cfg` that must refuse to start (exit during
+    /// start-up, e.g. because the module refuses to load); returns its log.
+    ///
+    /// Panics if it starts (it is stopped first) or fails to exit within 15 s.
+    pub fn start_refused(cfg: ServerConfig) -> String {
+        let tmp = tempfile::Builder::new()
+            .prefix("tb-redis-")
+            .tempdir_in(std::env::temp_dir())
+            .expect("create a temporary data directory");
+        match spawn(free_port(), tmp.path(), &cfg) {
+            Ok(child) => {
+                let log = fs::read_to_string(tmp.path().join(LOG_FILE)).unwrap_or_default();
+                let _ = terminate(child, false);
+                panic!("the server started although it should have refused to: {cfg:?}\n{log}");
+            }
+            Err(e) if e.contains("exited during start-up") => {
+                fs::read_to_string(tmp.path().join(LOG_FILE)).unwrap_or_default()
+            }
+            Err(e) => panic!("{e}"),
+        }
     }
 
     /// A new connection with a 10 s read/write timeout.
@@ -442,6 +483,7 @@ fn spawn(port: u16, dir: &Path, cfg: &ServerConfig) -> Result<Child, String> {
             .args(&cfg.module_args);
     }
     cmd.args(&cfg.args)
+        .envs(cfg.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(output_file(dir, "stdout.log"))
         .stderr(output_file(dir, "stderr.log"));

@@ -41,6 +41,29 @@ def module_path() -> str:
     return str(p.resolve())
 
 
+def clockshift_lib() -> str:
+    """The LD_PRELOAD clock shim (tests/clockshift/clockshift.c at the
+    repository root), built with the C compiler (``CC`` or ``cc``) into
+    target/clockshift/ when missing or older than its source. A server started
+    with ``env=clockshift_env(path)`` takes its wall clock from the control
+    file ``path`` (the format is in the C file)."""
+    src = REPO / "tests/clockshift/clockshift.c"
+    out = REPO / "target/clockshift/libclockshift.so"
+    if not out.is_file() or out.stat().st_mtime < src.stat().st_mtime:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f"{out.name}.{os.getpid()}")
+        cc = os.environ.get("CC") or "cc"
+        subprocess.run([cc, "-O2", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-o", str(tmp), str(src), "-ldl"],
+                       check=True)
+        os.replace(tmp, out)
+    return str(out)
+
+
+def clockshift_env(control_file: str) -> dict[str, str]:
+    """Environment for a server whose wall clock ``control_file`` controls."""
+    return {"LD_PRELOAD": clockshift_lib(), "TB_CLOCK_FILE": control_file}
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -76,6 +99,7 @@ class Server:
         extra: list[str] | None = None,
         module_args: list[str] | None = None,
         port: int | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.with_module = with_module
         self.dir = tempfile.mkdtemp(prefix="tb-py-")
@@ -92,7 +116,8 @@ class Server:
         if with_module:
             args += ["--loadmodule", module_path(), *(module_args or [])]
         args += extra or []
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, cwd=self.dir)
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, cwd=self.dir,
+                                     env={**os.environ, **env} if env else None)
         self._wait_ready()
 
     @property

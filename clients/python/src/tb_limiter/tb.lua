@@ -11,9 +11,11 @@
 --
 -- State: a hash per bucket with integer fields w (whole tokens, negative while
 -- reservations hold the bucket in debt), f (nano-tokens, 0 to 999999999),
--- t (server time in microseconds), rn and rd (the rate as a reduced fraction
--- rn/rd tokens per second) and c (capacity). Tokens are w * 1e9 + f
--- nano-tokens, exactly the module's fixed point.
+-- t (server time in microseconds at which w * 1e9 + f nano-tokens is the
+-- exact level), rn and rd (the rate as a reduced fraction rn/rd tokens per
+-- second) and c (capacity): exactly the module's state. Like the module, a
+-- write settles refill only up to the last instant at which it is a whole
+-- number of nano-tokens, so nothing is ever rounded away.
 --
 -- Lua numbers are doubles, exact for integers up to 2^53. Every product or
 -- quotient that can go beyond (refill = elapsed * rn * 1000 / rd, waits =
@@ -250,7 +252,15 @@ end
 
 local UNITS = { s = 1, m = 60, h = 3600, d = 86400 }
 
--- A rate: returns num, den (reduced, exact doubles) or nil, error.
+-- Bounds that only out-of-range rates pass (src/parse.rs derives them):
+-- more significant digits, an exponent (of the value without trailing zeros)
+-- outside [EXP_MIN, EXP_MAX], and exponent digits beyond any argument's length.
+local MAX_SIGNIFICANT = 64
+local EXP_MIN, EXP_MAX = -40, 20
+local EXP_DIGITS = 15
+
+-- A rate: returns num, den (reduced, exact doubles) or nil, error. Every
+-- spelling of a value in range is accepted; the work is linear in #s.
 local function parse_rate(s)
   local number, unit = s, 1
   local len = #s
@@ -266,25 +276,24 @@ local function parse_rate(s)
     local es, neg = number:sub(epos + 1), false
     local sign = es:sub(1, 1)
     if sign == '-' then neg = true; es = es:sub(2) elseif sign == '+' then es = es:sub(2) end
-    if #es == 0 or #es > 3 or not es:match('^[0-9]+$') then return nil, ERR_RATE end
-    exp = tonumber(es)
+    if #es == 0 or not es:match('^[0-9]+$') then return nil, ERR_RATE end
+    es = es:match('^0*(.*)$')
+    if #es > EXP_DIGITS then exp = 10 ^ EXP_DIGITS else exp = tonumber(es) or 0 end
     if neg then exp = -exp end
   end
   local int, frac = body, ''
   local dot = body:find('.', 1, true)
   if dot then int = body:sub(1, dot - 1); frac = body:sub(dot + 1) end
   if #int == 0 and #frac == 0 then return nil, ERR_RATE end
-  if not (int .. frac):match('^[0-9]*$') then return nil, ERR_RATE end
-  frac = frac:gsub('0+$', '')
-  local digits = (int .. frac):gsub('^0+', '')
-  if #digits > 30 then return nil, ERR_RATE_RANGE end
-  if #digits == 0 then return 0, 1 end
-  exp = exp - #frac
-  local mantissa = digits:gsub('0+$', '')
-  exp = exp + (#digits - #mantissa)
-  -- Beyond 10^38 the module's u128 overflows; either way the reduced rate
-  -- is out of range.
-  if exp >= 39 or exp <= -39 then return nil, ERR_RATE_RANGE end
+  local run = int .. frac
+  if not run:match('^[0-9]*$') then return nil, ERR_RATE end
+  local lead = run:find('[1-9]')
+  if not lead then return 0, 1 end
+  local last = run:match('^.*()[1-9]')
+  if last - lead + 1 > MAX_SIGNIFICANT then return nil, ERR_RATE_RANGE end
+  exp = exp - #frac + (#run - last)
+  if exp < EXP_MIN or exp > EXP_MAX then return nil, ERR_RATE_RANGE end
+  local mantissa = run:sub(lead, last)
   if #mantissa <= 15 and exp > -16 and exp < 16 then
     -- Everything fits in doubles: reduce with an exact Euclid on fmod.
     local n, d = tonumber(mantissa), unit
@@ -315,14 +324,22 @@ local function parse_rate(s)
 end
 
 ---------------------------------------------------------------------------
--- Bucket arithmetic (src/bucket.rs). A bucket is {w, f, t, rn, rd, c}.
+-- Bucket arithmetic (src/bucket.rs). A bucket is {w, f, t, rn, rd, c}: its
+-- exact level at time t is w * 1e9 + f nano-tokens; at a later time u it is
+-- min(c, that + (u - t) * rn * 1000 / rd), before t (a clock stepped back)
+-- it is the same. A level "at now" is its floor in nano-tokens, a pair
+-- (w, f) with 0 <= f < 1e9.
 ---------------------------------------------------------------------------
 
--- Nano-tokens from the bucket up to `level` whole tokens (level > tokens).
-local function need_nanos(b, level)
+-- Nano-tokens from the level (w, f) up to `level` whole tokens (level > it).
+local function nanos_to(w, f, level)
   local whole
-  if b.w < 0 then whole = bn_add(bn(level), bn(-b.w)) else whole = bn(level - b.w) end
-  return bn_sub(bn_mul(whole, BN_NANOS), bn(b.f))
+  if w < 0 then whole = bn_add(bn(level), bn(-w)) else whole = bn(level - w) end
+  return bn_sub(bn_mul(whole, BN_NANOS), bn(f))
+end
+
+local function need_nanos(b, level)
+  return nanos_to(b.w, b.f, level)
 end
 
 -- Microseconds until `nanos` refill, rounded up (bignum); nil for rate 0.
@@ -331,41 +348,89 @@ local function micros_for(b, nanos)
   return bn_mul_div_ceil(nanos, bn(b.rd), bn_mul(bn(b.rn), BN_1000))
 end
 
--- Refills up to now at the stored rate; time never moves backwards.
+-- Nano-tokens refilled over `us` microseconds, rounded down (bignum).
+local function refill(b, us)
+  return bn_mul_div_floor(bn(us), bn_mul(bn(b.rn), BN_1000), bn(b.rd))
+end
+
+-- Adds a bignum of nano-tokens to (w, f).
+local function plus(w, f, nanos)
+  local aw, af = bn_divmod(nanos, BN_NANOS)
+  f = f + bn_num(af)
+  w = w + bn_num(aw)
+  if f >= NANOS then f = f - NANOS; w = w + 1 end
+  return w, f
+end
+
+-- The shortest time over which refill is a whole number of nano-tokens:
+-- rd / gcd(rn * 1000, rd) (1 for rate 0). Every step is an exact double.
+local function exact_period(b)
+  if b.rn == 0 then return 1 end
+  local x, y = math.fmod(math.fmod(b.rn, b.rd) * 1000, b.rd), b.rd
+  while x > 0 do x, y = math.fmod(y, x), x end
+  return b.rd / y
+end
+
+-- The level at `now`, rounded down to a nano-token: w, f.
+local function level_at(b, now)
+  if now <= b.t or b.w >= b.c then return b.w, b.f end
+  local add = refill(b, now - b.t)
+  if bn_cmp(add, need_nanos(b, b.c)) >= 0 then return b.c, 0 end
+  return plus(b.w, b.f, add)
+end
+
+-- Counts refill up to now without losing anything: full by then becomes
+-- (c, 0, now); otherwise t advances to the latest instant at or before now
+-- whose refill since t is a whole number of nano-tokens.
 local function settle(b, now)
   if now <= b.t then return end
   local elapsed = now - b.t
-  if b.w < b.c then
-    local deficit = need_nanos(b, b.c)
-    local add = bn_mul_div_floor(bn(elapsed), bn_mul(bn(b.rn), BN_1000), bn(b.rd))
-    if bn_cmp(add, deficit) >= 0 then
-      b.w, b.f = b.c, 0
-    else
-      local aw, af = bn_divmod(add, BN_NANOS)
-      local f = b.f + bn_num(af)
-      local w = b.w + bn_num(aw)
-      if f >= NANOS then f = f - NANOS; w = w + 1 end
-      b.w, b.f = w, f
-    end
+  if bn_cmp(refill(b, elapsed), need_nanos(b, b.c)) >= 0 then
+    b.w, b.f, b.t = b.c, 0, now
+    return
   end
-  b.t = now
+  local rest = math.fmod(elapsed, exact_period(b))
+  b.w, b.f = plus(b.w, b.f, refill(b, elapsed - rest))
+  b.t = now - rest
 end
 
--- Switches limits, clamping tokens; returns whether anything changed.
-local function reconfigure(b, rn, rd, c)
+-- A bucket full at now becomes exactly (c, 0), its time not moving back.
+local function clamp_full(b, now)
+  local w = level_at(b, now)
+  if w >= b.c then
+    b.w, b.f = b.c, 0
+    if now > b.t then b.t = now end
+  end
+end
+
+-- Switches limits at now: a new rate applies from now on (the level is
+-- fixed then, rounded down); tokens are clamped to the new capacity.
+-- Returns whether anything changed.
+local function reconfigure(b, rn, rd, c, now)
   if b.rn == rn and b.rd == rd and b.c == c then return false end
+  if b.rn ~= rn or b.rd ~= rd then
+    b.w, b.f = level_at(b, now)
+    if now > b.t then b.t = now end
+  end
   b.rn, b.rd, b.c = rn, rd, c
-  if b.w >= c then b.w, b.f = c, 0 end
+  clamp_full(b, now)
   return true
 end
 
--- Microseconds (bignum, at most 2^64 - 1) from b.t until the bucket holds
+-- Microseconds (bignum, at most 2^64 - 1) from now until the bucket holds
 -- `level` whole tokens; nil when it never will.
-local function micros_until(b, level)
-  if b.w >= level then return {} end
+local function micros_until(b, level, now)
   if level > b.c then return nil end
+  if level_at(b, now) >= level then return {} end
   local us = micros_for(b, need_nanos(b, level))
   if us == nil then return nil end
+  if bn_cmp(us, BN_U64_MAX) > 0 then us = BN_U64_MAX end
+  -- from t; from now that is us + t - now (at least 1: not there yet)
+  if b.t >= now then
+    us = bn_add(us, bn(b.t - now))
+  else
+    us = bn_sub(us, bn(now - b.t))
+  end
   if bn_cmp(us, BN_U64_MAX) > 0 then us = BN_U64_MAX end
   return us
 end
@@ -385,13 +450,14 @@ local function ceil_ms(us)
   return bn_num(q)
 end
 
-local function whole_tokens(b)
-  if b.w <= 0 then return 0 end
-  return b.w
+local function whole_tokens(b, now)
+  local w = level_at(b, now)
+  if w <= 0 then return 0 end
+  return w
 end
 
-local function reset_after_ms(b)
-  local us = micros_until(b, b.c)
+local function reset_after_ms(b, now)
+  local us = micros_until(b, b.c, now)
   if us == nil then return -1 end
   return ceil_ms(us)
 end
@@ -406,11 +472,13 @@ local function expiry(b)
   return bn_num(at)
 end
 
-local function tokens_decimal(b)
-  local sign, whole, frac = '', b.w, b.f
-  if b.w < 0 then
+-- The level at now as an exact decimal string (rounded down to 1e-9).
+local function tokens_decimal(b, now)
+  local w, f = level_at(b, now)
+  local sign, whole, frac = '', w, f
+  if w < 0 then
     sign = '-'
-    if frac > 0 then whole = -b.w - 1; frac = NANOS - frac else whole = -b.w end
+    if frac > 0 then whole = -w - 1; frac = NANOS - frac else whole = -w end
   end
   if frac == 0 then return sign .. fmt(whole) end
   local digits = string.format('%09d', frac):gsub('0+$', '')
@@ -506,21 +574,25 @@ end
 -- Commands.
 ---------------------------------------------------------------------------
 
+-- bucket::current: the stored bucket (or a full one) brought to now with the
+-- caller's limits; returns it and whether the limits changed.
+local function current(stored, rn, rd, c, now)
+  if not stored then return full(rn, rd, c, now), false end
+  local b = copy(stored)
+  settle(b, now)
+  return b, reconfigure(b, rn, rd, c, now)
+end
+
 -- bucket::consume: mode is 'all', 'atmost' or 'reserve' (with max_wait_us).
+-- A take (b.w - x) applies to the settled state at b.t (see bucket.rs take).
 local function consume(stored, rn, rd, c, n, mode, max_wait_us, now)
-  local b, dirty
-  if stored then
-    b = copy(stored)
-    settle(b, now)
-    dirty = reconfigure(b, rn, rd, c)
-  else
-    b = full(rn, rd, c, now)
-    dirty = false
-  end
+  local b, dirty = current(stored, rn, rd, c, now)
+  local have = level_at(b, now)
   local kind, granted, retry
   if n == 0 then
+    -- A peek: would a request for one token be served now?
     dirty = false
-    local us = micros_until(b, 0)
+    local us = micros_until(b, 1, now)
     if us == nil then
       kind, granted, retry = 'peek', 0, -1
     else
@@ -528,21 +600,20 @@ local function consume(stored, rn, rd, c, n, mode, max_wait_us, now)
     end
   elseif n > b.c and mode ~= 'atmost' then
     kind, granted, retry = 'never', 0, -1
-  elseif b.w >= n then
+  elseif have >= n then
     b.w = b.w - n
     dirty = true
     kind, granted, retry = 'allowed', n, 0
-  elseif mode == 'atmost' and whole_tokens(b) >= 1 then
+  elseif mode == 'atmost' and have >= 1 then
     -- Partial grant: everything whole that is there (less than n).
-    local avail = whole_tokens(b)
-    b.w = b.w - avail
+    b.w = b.w - have
     dirty = true
-    kind, granted, retry = 'allowed', avail, 0
+    kind, granted, retry = 'allowed', have, 0
   else
     -- ATMOST waits for one token; the others for all n.
     local target = n
     if mode == 'atmost' then target = 1 end
-    local us = micros_until(b, target)
+    local us = micros_until(b, target, now)
     if us == nil then
       kind, granted, retry = 'never', 0, -1
     elseif mode == 'reserve' and bn_cmp(us, bn(max_wait_us)) <= 0 then
@@ -557,7 +628,7 @@ local function consume(stored, rn, rd, c, n, mode, max_wait_us, now)
   if kind == 'allowed' or kind == 'reserved' or (kind == 'peek' and retry == 0) then
     allowed = 1
   end
-  return { allowed, whole_tokens(b), retry, reset_after_ms(b), granted }, b, dirty
+  return { allowed, whole_tokens(b, now), retry, reset_after_ms(b, now), granted }, b, dirty
 end
 
 local function cmd_consume(args)
@@ -647,22 +718,14 @@ local function cmd_mconsume(args)
     if stored == nil then return err(lerr) end
     parts[j].stored = stored
   end
-  -- bucket::consume_all
+  -- bucket::consume_all (a part with n = 0 is a peek: it needs one token)
   local buckets, dirty = {}, {}
   local wait = {} -- bignum microseconds; nil once any part can never succeed
   for j = 1, k do
     local p = parts[j]
-    local b, changed
-    if p.stored then
-      b = copy(p.stored)
-      settle(b, now)
-      changed = reconfigure(b, p.rn, p.rd, p.c)
-    else
-      b = full(p.rn, p.rd, p.c, now)
-      changed = false
-    end
+    local b, changed = current(p.stored, p.rn, p.rd, p.c, now)
     local this = nil
-    if p.n <= b.c then this = micros_until(b, p.n) end
+    if p.n <= b.c then this = micros_until(b, math.max(p.n, 1), now) end
     if wait ~= nil and this ~= nil then
       if bn_cmp(this, wait) > 0 then wait = this end
     else
@@ -692,7 +755,7 @@ local function cmd_mconsume(args)
   local reply = { allowed, retry }
   for j = 1, k do
     if dirty[j] then commit(KEYS[j], buckets[j]) end
-    reply[#reply + 1] = whole_tokens(buckets[j])
+    reply[#reply + 1] = whole_tokens(buckets[j], now)
   end
   return reply
 end
@@ -709,13 +772,10 @@ local function cmd_refund(args)
   if not stored then return false end
   local b = copy(stored)
   settle(b, now)
-  if n >= b.c - b.w then
-    b.w, b.f = b.c, 0
-  else
-    b.w = b.w + n
-  end
+  b.w = b.w + n
+  clamp_full(b, now)
   if n > 0 then commit(KEYS[1], b) end
-  return whole_tokens(b)
+  return whole_tokens(b, now)
 end
 
 local function cmd_info(args)
@@ -726,17 +786,15 @@ local function cmd_info(args)
   local stored, lerr = load(KEYS[1])
   if stored == nil then return err(lerr) end
   if not stored then return false end
-  local cur = copy(stored)
-  settle(cur, now)
   local t = stored.t
   local updated_ms = (t - math.fmod(t, 1000)) / 1000
   if math.fmod(t, 1000) < 0 then updated_ms = updated_ms - 1 end
   return {
-    'tokens', tokens_decimal(cur),
+    'tokens', tokens_decimal(stored, now),
     'capacity', stored.c,
     'rate', rate_decimal(stored.rn, stored.rd),
     'updated_at_ms', updated_ms,
-    'reset_after_ms', reset_after_ms(cur),
+    'reset_after_ms', reset_after_ms(stored, now),
     'ttl_ms', redis.call('PTTL', KEYS[1]),
   }
 end
