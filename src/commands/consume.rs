@@ -4,25 +4,49 @@
 //!
 //! Reply: `[allowed, remaining, retry_after_ms, reset_after_ms, granted]`.
 
-use crate::bucket::{self, Kind, Limits, Mode};
+use crate::bucket::{self, Kind, Mode};
+use crate::glue::command::{integer, key, one_of, pure_token, string, Access, Arity, Command};
+use crate::glue::command::{Keys, Spec};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
-use crate::glue::store::{self, BucketKey};
 use crate::glue::{blocking, clock, config, stats, top};
-use crate::parse::{self, Wait, ERR_CAPACITY};
+use crate::parse::{self, Wait};
+
+/// `TB.CONSUME`.
+pub struct Consume;
+
+impl Command for Consume {
+    const SPEC: &'static Spec = &Spec {
+        name: c"tb.consume",
+        run,
+        arity: Arity::AtLeast(4),
+        flags: c"write deny-oom fast",
+        keys: Keys::One(Access::Update),
+        acl: c"write fast",
+        summary: c"Takes n tokens (default 1) from a token bucket refilled at rate up to capacity",
+        args: &[
+            key(c"key"),
+            string(c"rate"),
+            integer(c"capacity"),
+            integer(c"n").optional(),
+            one_of(
+                c"wait",
+                &[
+                    integer(c"reserve-ms").token(c"RESERVE"),
+                    integer(c"block-ms").token(c"BLOCK"),
+                ],
+            )
+            .optional(),
+            pure_token(c"atmost", c"ATMOST").optional(),
+        ],
+    };
+}
 
 const ERR_CANNOT_BLOCK: &str =
     "ERR BLOCK cannot wait inside MULTI, a script, or on a client that cannot block: use RESERVE and wait on the client";
 
-/// Handler of `TB.CONSUME`.
-pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
-    if args.len() < 4 {
-        return Err(CmdError::WrongArity);
-    }
-    let limits = Limits {
-        rate: parse::rate(args.bytes(2))?,
-        capacity: parse::amount(args.bytes(3), ERR_CAPACITY)?,
-    };
-    let opts = parse::consume_options((4..args.len()).map(|i| args.bytes(i)))?;
+fn run(ctx: &Ctx, args: &Args) -> CmdResult {
+    let a = parse::consume_args(args)?;
+    let opts = a.options;
     let mode = match opts.wait {
         Wait::No if opts.atmost => Mode::AtMost,
         Wait::No => Mode::All,
@@ -37,15 +61,14 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         }
     };
     let block = matches!(opts.wait, Wait::Block(_));
-    if block && !blocking::can_block(ctx.raw) {
+    if block && !blocking::can_block(ctx) {
         return Err(ERR_CANNOT_BLOCK.into());
     }
     let now = clock::now_us();
-    let key = BucketKey::open(ctx.raw, args.raw(1), true);
-    let stored = key.get()?;
-    let o = bucket::consume(stored.as_ref(), limits, opts.n, mode, now);
+    let key = ctx.open_bucket(args.key(1))?;
+    let o = bucket::consume(key.stored().as_ref(), a.limits, opts.n, mode, now);
     if o.dirty {
-        store::commit(ctx.raw, &key, &o.bucket);
+        key.commit(&o.bucket);
     }
     drop(key);
     stats::record(&o, opts.n);
@@ -57,17 +80,12 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         o.reset_after_ms,
         o.granted as i64,
     ];
-    if block && o.kind == Kind::Reserved && blocking::has_room() {
-        let due = [
-            1,
-            0,
-            0,
-            (o.reset_after_ms - o.retry_after_ms).max(0),
-            o.granted as i64,
-        ];
-        if blocking::block_for(ctx.raw, o.retry_after_ms, due) {
-            return Ok(());
-        }
+    if block
+        && o.kind == Kind::Reserved
+        && blocking::has_room(ctx)
+        && blocking::block_for(ctx, o.retry_after_ms, args.key(1), a.limits, o.granted)
+    {
+        return Ok(());
     }
     ctx.reply().ints(&reply);
     Ok(())
