@@ -7,36 +7,51 @@
 //! Reply: `[allowed, remaining, retry_after_ms, reset_after_ms, granted]`,
 //! and with `LEASE` a sixth element, the lease id (0 when denied).
 
-use crate::bucket::{self, Kind, Limits, Mode};
+use crate::bucket::{self, Kind, Mode};
+use crate::glue::command::{integer, key, one_of, pure_token, string, Access, Arity, Command};
+use crate::glue::command::{Keys, Spec};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
-use crate::glue::store::{self, BucketKey};
 use crate::glue::{blocking, clock, config, stats, top};
 use crate::lease;
-use crate::parse::{self, Wait, ERR_CAPACITY};
+use crate::parse::{self, Wait};
+
+/// `TB.CONSUME`.
+pub struct Consume;
+
+impl Command for Consume {
+    const SPEC: &'static Spec = &Spec {
+        name: c"tb.consume",
+        run,
+        arity: Arity::AtLeast(4),
+        flags: c"write deny-oom fast",
+        keys: Keys::One(Access::Update),
+        acl: c"write fast",
+        summary: c"Takes n tokens (default 1) from a token bucket refilled at rate up to capacity",
+        args: &[
+            key(c"key"),
+            string(c"rate"),
+            integer(c"capacity"),
+            integer(c"n").optional(),
+            one_of(
+                c"wait",
+                &[
+                    integer(c"reserve-ms").token(c"RESERVE"),
+                    integer(c"block-ms").token(c"BLOCK"),
+                ],
+            )
+            .optional(),
+            pure_token(c"atmost", c"ATMOST").optional(),
+            integer(c"lease-ttl-ms").token(c"LEASE").optional(),
+        ],
+    };
+}
 
 const ERR_CANNOT_BLOCK: &str =
     "ERR BLOCK cannot wait inside MULTI, a script, or on a client that cannot block: use RESERVE and wait on the client";
 
-/// Handler of `TB.CONSUME`.
-pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
-    if args.len() < 4 {
-        return Err(CmdError::WrongArity);
-    }
-    let limits = Limits {
-        rate: parse::rate(args.bytes(2))?,
-        capacity: parse::amount(args.bytes(3), ERR_CAPACITY)?,
-    };
-    let rest: Vec<&[u8]> = (4..args.len()).map(|i| args.bytes(i)).collect();
-    let (lease_ttl, rest) = parse::split_lease(&rest)?;
-    let opts = parse::consume_options(rest.into_iter())?;
-    if lease_ttl.is_some() {
-        if opts.atmost || opts.wait != Wait::No {
-            return Err(parse::ERR_LEASE_MODE.into());
-        }
-        if opts.n == 0 {
-            return Err(parse::ERR_LEASE_N.into());
-        }
-    }
+fn run(ctx: &Ctx, args: &Args) -> CmdResult {
+    let a = parse::consume_args(args)?;
+    let opts = a.options;
     let mode = match opts.wait {
         Wait::No if opts.atmost => Mode::AtMost,
         Wait::No => Mode::All,
@@ -51,18 +66,18 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         }
     };
     let block = matches!(opts.wait, Wait::Block(_));
-    if block && !blocking::can_block(ctx.raw) {
+    if block && !blocking::can_block(ctx) {
         return Err(ERR_CANNOT_BLOCK.into());
     }
     let now = clock::now_us();
-    let key = BucketKey::open(ctx.raw, args.raw(1), true);
-    let stored = key.get_at(now)?;
-    if lease_ttl.is_some() && !key.leases().has_room() {
+    let key = ctx.open_bucket(args.key(1))?;
+    let stored = key.stored_at(now);
+    if a.lease_ttl_ms.is_some() && !key.leases().has_room() {
         return Err(parse::ERR_LEASE_FULL.into());
     }
-    let mut o = bucket::consume(stored.as_ref(), limits, opts.n, mode, now);
+    let mut o = bucket::consume(stored.as_ref(), a.limits, opts.n, mode, now);
     let mut lease_id = 0;
-    if let (Some(ttl), Kind::Allowed) = (lease_ttl, o.kind) {
+    if let (Some(ttl), Kind::Allowed) = (a.lease_ttl_ms, o.kind) {
         lease_id = key.leases().grant(opts.n, ttl, now).unwrap_or(0);
     }
     let target = if opts.n == 0 || opts.atmost {
@@ -72,7 +87,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     };
     lease::wait_with_leases(&mut o, &key.leases(), target, now);
     if o.dirty {
-        store::commit(ctx.raw, &key, &o.bucket);
+        key.commit(&o.bucket);
     }
     drop(key);
     stats::record(&o, opts.n);
@@ -84,19 +99,14 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         o.reset_after_ms,
         o.granted as i64,
     ];
-    if block && o.kind == Kind::Reserved && blocking::has_room() {
-        let due = [
-            1,
-            0,
-            0,
-            (o.reset_after_ms - o.retry_after_ms).max(0),
-            o.granted as i64,
-        ];
-        if blocking::block_for(ctx.raw, o.retry_after_ms, due) {
-            return Ok(());
-        }
+    if block
+        && o.kind == Kind::Reserved
+        && blocking::has_room(ctx)
+        && blocking::block_for(ctx, o.retry_after_ms, args.key(1), a.limits, o.granted)
+    {
+        return Ok(());
     }
-    if lease_ttl.is_some() {
+    if a.lease_ttl_ms.is_some() {
         let mut with_id = reply.to_vec();
         with_id.push(lease_id as i64);
         ctx.reply().ints(&with_id);

@@ -14,116 +14,74 @@
 //! with any `LEASE` the lease id of every part after them (0 for a part
 //! without a lease, or when denied).
 
-use redis_module::raw;
-
-use crate::bucket::{self, Kind, Limits, Mode, Part};
+use crate::bucket::{self, Kind, Mode, Part};
+use crate::glue::command::{block, integer, key, string, Access, Arity, Command, Keys, Spec};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
-use crate::glue::store::{self, BucketKey};
+use crate::glue::store::{BucketKey, Write};
 use crate::glue::{clock, config, stats, top};
-use crate::parse::{self, ERR_CAPACITY, ERR_N};
+use crate::parse;
 
-const ERR_NUMKEYS: &str = "ERR numkeys must be an integer from 1 to 1000 and match the arguments";
-const ERR_DUPLICATE: &str = "ERR a key appears twice in TB.MCONSUME";
-const ERR_OPTION: &str = "ERR unknown option: TB.MCONSUME takes RESERVE ms";
+/// `TB.MCONSUME`.
+pub struct Mconsume;
 
-/// Largest numkeys accepted.
-const MAX_KEYS: u64 = 1000;
+impl Command for Mconsume {
+    const SPEC: &'static Spec = &Spec {
+        name: c"tb.mconsume",
+        run,
+        arity: Arity::AtLeast(6),
+        flags: c"write deny-oom getkeys-api",
+        keys: Keys::Counted(Access::Update),
+        acl: c"write",
+        summary: c"Takes tokens from several buckets in one slot, all or nothing",
+        args: &[
+            integer(c"numkeys"),
+            key(c"key").multiple(),
+            block(
+                c"limit",
+                &[string(c"rate"), integer(c"capacity"), integer(c"n")],
+            )
+            .multiple(),
+            block(c"lease", &[integer(c"part"), integer(c"lease-ttl-ms")])
+                .token(c"LEASE")
+                .optional()
+                .multiple(),
+            integer(c"reserve-ms").token(c"RESERVE").optional(),
+        ],
+    };
+}
 
-/// Handler of `TB.MCONSUME`.
-pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
-    if key_positions(ctx, args) {
-        return Ok(());
-    }
-    if args.len() < 6 {
-        return Err(CmdError::WrongArity);
-    }
-    let k = parse::integer(args.bytes(1), MAX_KEYS, ERR_NUMKEYS)? as usize;
-    let triples = 2 + k;
-    if k == 0 || args.len() < triples + 3 * k {
-        return Err(ERR_NUMKEYS.into());
-    }
-    let mut mode = Mode::All;
-    let mut leased: Vec<Option<u64>> = vec![None; k];
-    let mut reserve = None;
-    let mut at = triples + 3 * k;
-    while at < args.len() {
-        if parse::is_keyword(args.bytes(at), "LEASE") {
-            if at + 2 >= args.len() {
-                return Err(parse::ERR_LEASE_PART.into());
-            }
-            let part = parse::integer(args.bytes(at + 1), k as u64, parse::ERR_LEASE_PART)?;
-            if part == 0 {
-                return Err(parse::ERR_LEASE_PART.into());
-            }
-            let ttl = parse::lease_ttl(args.bytes(at + 2))?;
-            if leased[part as usize - 1].replace(ttl).is_some() {
-                return Err(parse::ERR_LEASE_TWICE.into());
-            }
-            at += 3;
-        } else if parse::is_keyword(args.bytes(at), "RESERVE")
-            && reserve.is_none()
-            && at + 1 < args.len()
-        {
-            reserve = Some(parse::integer(
-                args.bytes(at + 1),
-                parse::MAX_WAIT_MS,
-                parse::ERR_WAIT,
-            )?);
-            at += 2;
-        } else {
-            return Err(ERR_OPTION.into());
-        }
-    }
-    if let Some(ms) = reserve {
-        let max = config::max_wait_ms();
-        if ms > max {
-            return Err(CmdError::Owned(parse::err_wait_exceeds(max)));
-        }
-        mode = Mode::Reserve {
+fn run(ctx: &Ctx, args: &Args) -> CmdResult {
+    let a = parse::mconsume_args(args)?;
+    let max = config::max_wait_ms();
+    let mode = match a.reserve_ms {
+        None => Mode::All,
+        Some(ms) if ms > max => return Err(CmdError::Owned(parse::err_wait_exceeds(max))),
+        Some(ms) => Mode::Reserve {
             max_wait_us: ms * 1000,
-        };
-    }
-    let any_lease = leased.iter().any(Option::is_some);
-    let mut parts = Vec::with_capacity(k);
-    for i in 0..k {
-        let at = triples + 3 * i;
-        parts.push(Part {
-            stored: None,
-            limits: Limits {
-                rate: parse::rate(args.bytes(at))?,
-                capacity: parse::amount(args.bytes(at + 1), ERR_CAPACITY)?,
-            },
-            n: parse::amount(args.bytes(at + 2), ERR_N)?,
-        });
-    }
-    for i in 0..k {
-        for j in 0..i {
-            if args.bytes(2 + i) == args.bytes(2 + j) {
-                return Err(ERR_DUPLICATE.into());
-            }
-        }
-    }
-    if leased
-        .iter()
-        .zip(&parts)
-        .any(|(l, p)| l.is_some() && p.n == 0)
-    {
-        return Err(parse::ERR_LEASE_N.into());
-    }
+        },
+    };
     let now = clock::now_us();
-    let keys: Vec<BucketKey> = (0..k)
-        .map(|i| BucketKey::open(ctx.raw, args.raw(2 + i), true))
+    let keys = (0..a.requests.len())
+        .map(|i| ctx.open_bucket(args.key(2 + i)))
+        .collect::<Result<Vec<BucketKey<Write>>, _>>()?;
+    let parts: Vec<Part> = a
+        .requests
+        .iter()
+        .zip(&keys)
+        .map(|(r, key)| Part {
+            stored: key.stored_at(now),
+            limits: r.limits,
+            n: r.n,
+        })
         .collect();
-    for (part, key) in parts.iter_mut().zip(&keys) {
-        part.stored = key.get_at(now)?;
-    }
+    let leased = &a.leases;
     for (l, key) in leased.iter().zip(&keys) {
         if l.is_some() && !key.leases().has_room() {
             return Err(parse::ERR_LEASE_FULL.into());
         }
     }
     // A lease is never reserved: a leased part short now denies the call.
-    let short: Vec<usize> = (0..k)
+    let short: Vec<usize> = (0..parts.len())
         .filter(|&j| {
             leased[j].is_some() && {
                 let p = &parts[j];
@@ -137,20 +95,22 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     } else {
         bucket::consume_all(&parts, Mode::All, now)
     };
-    if (!o.allowed && keys.iter().any(|key| !key.leases().held.is_empty())) || !short.is_empty() {
+    let any_held = keys.iter().any(|key| !key.leases().held.is_empty());
+    if (!o.allowed && any_held) || !short.is_empty() {
         o.retry_after_ms = wait_with_leases(&parts, &o.buckets, &keys, &short, now);
     }
-    let mut ids = vec![0u64; k];
+    let mut ids = vec![0u64; parts.len()];
     if o.allowed {
-        for j in 0..k {
-            if let Some(ttl) = leased[j] {
+        for (j, ttl) in leased.iter().enumerate() {
+            if let Some(ttl) = *ttl {
                 ids[j] = keys[j].leases().grant(parts[j].n, ttl, now).unwrap_or(0);
             }
         }
     }
+    let any_lease = leased.iter().any(Option::is_some);
     for ((key, b), dirty) in keys.iter().zip(&o.buckets).zip(&o.dirty) {
         if *dirty {
-            store::commit(ctx.raw, key, b);
+            key.commit(b);
         }
     }
     let tokens = if o.allowed {
@@ -161,6 +121,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     stats::record_multi(o.allowed, o.retry_after_ms, tokens);
     top::record_multi(&parts, &o, now, |i| args.bytes(2 + i));
     let r = ctx.reply();
+    let k = o.remaining.len();
     r.array(if any_lease { 2 + 2 * k } else { 2 + k });
     r.int(i64::from(o.allowed));
     r.int(o.retry_after_ms);
@@ -181,7 +142,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
 fn wait_with_leases(
     parts: &[Part],
     buckets: &[bucket::Bucket],
-    keys: &[BucketKey],
+    keys: &[BucketKey<Write>],
     only: &[usize],
     now: i64,
 ) -> i64 {
@@ -200,24 +161,4 @@ fn wait_with_leases(
         }
     }
     bucket::ceil_ms(wait)
-}
-
-/// Answers Redis' question "where are the keys?" (COMMAND GETKEYS, cluster
-/// routing, ACL checks): arguments 2 to 1 + numkeys. Returns true if this
-/// call was such a question.
-fn key_positions(ctx: &Ctx, args: &Args) -> bool {
-    // SAFETY: ctx is the live context of this call.
-    unsafe {
-        if raw::RedisModule_IsKeysPositionRequest.unwrap()(ctx.raw) == 0 {
-            return false;
-        }
-        if args.len() >= 2 {
-            if let Ok(k) = parse::integer(args.bytes(1), MAX_KEYS, ERR_NUMKEYS) {
-                for i in 0..(k as usize).min(args.len() - 2) {
-                    raw::RedisModule_KeyAtPos.unwrap()(ctx.raw, (2 + i) as i32);
-                }
-            }
-        }
-    }
-    true
 }

@@ -9,21 +9,36 @@
 //! Reply: the tokens given back (negative: the overrun charged), or nil
 //! when the key holds no such lease.
 
-use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
-use crate::glue::store::{self, BucketKey};
+use crate::glue::command::{integer, key, Access, Arity, Command, Keys, Spec};
+use crate::glue::entry::{Args, CmdResult, Ctx};
 use crate::glue::{clock, stats};
 use crate::{lease, parse};
 
-/// Handler of `TB.RELEASE`.
-pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
-    if args.len() != 3 && args.len() != 5 {
-        return Err(CmdError::WrongArity);
-    }
-    let rest: Vec<&[u8]> = (2..args.len()).map(|i| args.bytes(i)).collect();
-    let (id, used) = parse::release_args(&rest)?;
+/// `TB.RELEASE`.
+pub struct Release;
+
+impl Command for Release {
+    const SPEC: &'static Spec = &Spec {
+        name: c"tb.release",
+        run,
+        arity: Arity::AtLeast(3),
+        flags: c"write deny-oom fast",
+        keys: Keys::One(Access::Update),
+        acl: c"write fast",
+        summary: c"Gives a lease's tokens back once, or settles it to the tokens used",
+        args: &[
+            key(c"key"),
+            integer(c"lease-id"),
+            integer(c"used").token(c"USED").optional(),
+        ],
+    };
+}
+
+fn run(ctx: &Ctx, args: &Args) -> CmdResult {
+    let (id, used) = parse::release_command(args)?;
     let now = clock::now_us();
-    let key = BucketKey::open(ctx.raw, args.raw(1), true);
-    let Some(mut b) = key.get_at(now)? else {
+    let key = ctx.open_bucket(args.key(1))?;
+    let Some(mut b) = key.stored_at(now) else {
         ctx.reply().null();
         return Ok(());
     };
@@ -32,7 +47,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         ctx.reply().null();
         return Ok(());
     };
-    store::commit(ctx.raw, &key, &b);
+    key.commit(&b);
     stats::REFUNDS.add(1);
     ctx.reply()
         .int(released.returned.clamp(i64::MIN as i128, i64::MAX as i128) as i64);
