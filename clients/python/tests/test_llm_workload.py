@@ -138,20 +138,21 @@ def test_llm_fleet_with_killed_workers_never_exceeds_a_limit(module_server: Serv
     c = module_server.client()
     c.flushall()
     ctx = multiprocessing.get_context("fork")
-    until = time.monotonic() + RUN_S
+    until = time.monotonic() + RUN_S  # the victims start first, within a second
     workers = [ctx.Process(target=worker, args=(module_server.port, f"w{i}", until, None), daemon=True)
                for i in range(5)]
     held = [ctx.Event() for _ in range(2)]
     victims = [ctx.Process(target=worker, args=(module_server.port, f"v{i}", until, e), daemon=True)
                for i, e in enumerate(held)]
     try:
-        for p in workers:
-            p.start()
-        time.sleep(RUN_S / 4)
+        # The victims first, so that both hold their leases at once; killed
+        # as soon as they do, while the fleet starts.
         for p in victims:
             p.start()
         for e in held:
             assert e.wait(60), "a victim got its leases within a minute"
+        for p in workers:
+            p.start()
         for p in victims:
             assert p.pid is not None
             os.kill(p.pid, signal.SIGKILL)
