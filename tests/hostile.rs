@@ -124,7 +124,8 @@ fn wild_arg(rng: &mut Rng) -> Vec<u8> {
             .to_vec(),
         6 => rng
             .pick(&[
-                "RESERVE", "BLOCK", "ATMOST", "reserve", "block", "atmost", "RESERVEX",
+                "RESERVE", "BLOCK", "ATMOST", "reserve", "block", "atmost", "RESERVEX", "LEASE",
+                "lease", "USED",
             ])
             .as_bytes()
             .to_vec(),
@@ -275,6 +276,7 @@ fn wild_command(rng: &mut Rng) -> Cmd {
         "TB.INFO",
         "CL.THROTTLE",
         "TB.SETSTATE",
+        "TB.RELEASE",
         "tb.consume",
         "Cl.Throttle",
     ];
