@@ -20,7 +20,8 @@
 use crate::bucket::{ceil_ms, Bucket, Expiry, Kind, Outcome, MAX_AMOUNT, MAX_EXPIRE_MS, NANOS};
 
 /// Most leases a bucket holds at once. Each takes 24 bytes in memory (id,
-/// tokens, expiry), so a bucket's leases take at most 24 KiB.
+/// tokens, expiry), so a bucket's leases take at most 24 KiB (48 KiB with the
+/// spare capacity of their list).
 pub const MAX_LEASES: usize = 1024;
 /// Longest lease TTL in ms (a day).
 pub const MAX_TTL_MS: u64 = 86_400_000;
