@@ -59,13 +59,23 @@ pub fn tb_type() -> *mut raw::RedisModuleType {
 /// First word of the wide form (bit 0 set; the packed form has it clear).
 const WIDE: u64 = 1;
 
-/// The wide form of a value.
+/// The wide form of a value: 64 bytes, the leases' pointer in what would
+/// be the padding before the 16-byte-aligned bucket, so a wide bucket that
+/// never lent a token costs no more than it did before leases.
 #[repr(C)]
 struct Wide {
     /// Always [`WIDE`].
     tag: u64,
+    /// The leases, if the bucket ever handed one out.
+    leases: Option<Box<Leases>>,
     bucket: Bucket,
-    leases: Leases,
+}
+
+const _: () = assert!(std::mem::size_of::<Wide>() == 64, "the wide form stays 64 bytes");
+
+/// The leases as the wide form holds them.
+fn boxed(leases: &Leases) -> Option<Box<Leases>> {
+    (!leases.is_blank()).then(|| Box::new(leases.clone()))
 }
 
 /// A value as Redis holds it: points to a packed form or a wide form.
@@ -90,7 +100,7 @@ pub fn new_value(b: &Bucket, leases: &Leases) -> Value {
         None => Box::into_raw(Box::new(Wide {
             tag: WIDE,
             bucket: *b,
-            leases: leases.clone(),
+            leases: boxed(leases),
         }))
         .cast(),
     }
@@ -128,7 +138,11 @@ pub unsafe fn read_leases(v: Value) -> Leases {
     // SAFETY: the tag says which form `v` points to.
     unsafe {
         if is_wide(v) {
-            (*v.cast::<Wide>()).leases.clone()
+            (*v.cast::<Wide>())
+                .leases
+                .as_deref()
+                .cloned()
+                .unwrap_or_default()
         } else {
             Leases::default()
         }
@@ -149,8 +163,14 @@ pub unsafe fn write_value(v: Value, b: &Bucket, leases: &Leases) -> bool {
             (true, None) => {
                 let w = &mut *v.cast::<Wide>();
                 w.bucket = *b;
-                if w.leases != *leases {
-                    w.leases.clone_from(leases);
+                match (&mut w.leases, leases.is_blank()) {
+                    (_, true) => w.leases = None,
+                    (Some(held), false) => {
+                        if **held != *leases {
+                            (**held).clone_from(leases);
+                        }
+                    }
+                    (None, false) => w.leases = boxed(leases),
                 }
             }
             _ => return false,
@@ -269,8 +289,12 @@ extern "C" fn mem_usage(value: *const c_void) -> usize {
     // SAFETY: Redis passes a value created by this type.
     if unsafe { is_wide(value.cast_mut()) } {
         // SAFETY: the tag says it is the wide form.
-        let held = unsafe { (*value.cast::<Wide>()).leases.held.capacity() };
-        std::mem::size_of::<Wide>() + held * std::mem::size_of::<crate::lease::Lease>()
+        let leases = unsafe { (*value.cast::<Wide>()).leases.as_deref() };
+        std::mem::size_of::<Wide>()
+            + leases.map_or(0, |l| {
+                std::mem::size_of::<Leases>()
+                    + l.held.capacity() * std::mem::size_of::<crate::lease::Lease>()
+            })
     } else {
         std::mem::size_of::<[u64; packed::WORDS]>()
     }
