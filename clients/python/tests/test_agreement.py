@@ -332,6 +332,12 @@ LEASE_SEQUENCE: list[tuple[int, str, tuple[str, ...]]] = [
     (30 * SEC, "", ("TB.MCONSUME", "2", "{u}t", "{u}i", "1000/m", "1000", "1", "0", "1", "1", "LEASE", "2", "100")),
     (0, "", ("TB.INFO", "{u}i")),
     (100 * SEC, "", ("TB.INFO", "{u}t")),
+    # The leased part available now, the other one reserved: granted, with
+    # the wait for the reservation.
+    (0, "", ("TB.CONSUME", "{u}t", "1000/m", "1000", "800")),
+    (0, "r", ("TB.MCONSUME", "2", "{u}t", "{u}i", "1000/m", "1000", "900", "0", "1", "1", "LEASE", "2", "5000",
+              "RESERVE", "60000")),
+    (0, "", ("TB.INFO", "{u}i")),
 ]
 
 
