@@ -256,13 +256,17 @@ pub enum Wait {
     Block(u64),
 }
 
-/// What follows `capacity` in TB.CONSUME: `[n] [RESERVE ms | BLOCK ms] [ATMOST]`.
+/// What follows `capacity` in TB.CONSUME:
+/// `[n] [RESERVE ms | BLOCK ms] [ATMOST [MIN chunk]]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConsumeOptions {
     /// Tokens to take (default 1).
     pub n: u64,
     /// `ATMOST`: grant what is there, between 1 and `n`.
     pub atmost: bool,
+    /// `MIN chunk` (only with ATMOST): the smallest grant worth having, at
+    /// least 1. The handler checks it against the capacity.
+    pub min: Option<u64>,
     /// Waiting mode.
     pub wait: Wait,
 }
@@ -274,11 +278,12 @@ pub fn consume_options<'a>(
     let mut o = ConsumeOptions {
         n: 1,
         atmost: false,
+        min: None,
         wait: Wait::No,
     };
     let mut next = args.next();
     if let Some(first) = next {
-        let keyword = ["ATMOST", "RESERVE", "BLOCK"]
+        let keyword = ["ATMOST", "MIN", "RESERVE", "BLOCK"]
             .iter()
             .any(|k| is_keyword(first, k));
         if !keyword {
@@ -289,6 +294,8 @@ pub fn consume_options<'a>(
     while let Some(opt) = next {
         if is_keyword(opt, "ATMOST") && !o.atmost {
             o.atmost = true;
+        } else if is_keyword(opt, "MIN") && o.min.is_none() {
+            o.min = Some(chunk(args.next().unwrap_or_default())?);
         } else if (is_keyword(opt, "RESERVE") || is_keyword(opt, "BLOCK")) && o.wait == Wait::No {
             let ms = integer(args.next().unwrap_or_default(), MAX_WAIT_MS, ERR_WAIT)?;
             o.wait = if is_keyword(opt, "BLOCK") {
@@ -304,7 +311,19 @@ pub fn consume_options<'a>(
     if o.atmost && o.wait != Wait::No {
         return Err(ERR_ATMOST_WAIT);
     }
+    if o.min.is_some() && !o.atmost {
+        return Err(ERR_MIN_ATMOST);
+    }
     Ok(o)
+}
+
+/// Parses the chunk after `MIN`: an integer from 1 to 2^53 (the handler
+/// then refuses one above the capacity with the same error).
+pub fn chunk(arg: &[u8]) -> Result<u64, ParseError> {
+    match amount(arg, ERR_MIN)? {
+        0 => Err(ERR_MIN),
+        c => Ok(c),
+    }
 }
 
 /// The error for a RESERVE or BLOCK wait above the `max-wait-ms` setting,
@@ -319,6 +338,11 @@ pub const ERR_WAIT: ParseError =
 /// Error for an unknown or repeated option.
 pub const ERR_OPTION: ParseError =
     "ERR unknown or repeated option: after n, use RESERVE ms, BLOCK ms or ATMOST";
+/// Error for a bad `MIN chunk`: not an integer, 0, or above the capacity
+/// (of any quantity part, in TB.MCONSUME).
+pub const ERR_MIN: ParseError = "ERR MIN takes a chunk, an integer from 1 to capacity";
+/// Error for `MIN` without `ATMOST`.
+pub const ERR_MIN_ATMOST: ParseError = "ERR MIN needs ATMOST";
 /// Error for ATMOST combined with waiting.
 pub const ERR_ATMOST_WAIT: ParseError = "ERR ATMOST cannot be combined with RESERVE or BLOCK";
 
@@ -593,6 +617,7 @@ mod tests {
         let plain = ConsumeOptions {
             n: 1,
             atmost: false,
+            min: None,
             wait: Wait::No,
         };
         assert_eq!(opts(&[]), Ok(plain));
@@ -634,6 +659,44 @@ mod tests {
             "a first word that is no option is n"
         );
         assert_eq!(opts(&["1", "FROB"]), Err(ERR_OPTION));
+    }
+
+    #[test]
+    fn min_chunk_options() {
+        let atmost = |n, min| {
+            Ok(ConsumeOptions {
+                n,
+                atmost: true,
+                min,
+                wait: Wait::No,
+            })
+        };
+        assert_eq!(opts(&["100", "ATMOST", "MIN", "10"]), atmost(100, Some(10)));
+        assert_eq!(opts(&["100", "min", "10", "atmost"]), atmost(100, Some(10)));
+        assert_eq!(opts(&["5", "ATMOST", "MIN", "50"]), atmost(5, Some(50)));
+        assert_eq!(opts(&["ATMOST", "MIN", "1"]), atmost(1, Some(1)));
+        assert_eq!(opts(&["5", "ATMOST", "MIN", "0"]), Err(ERR_MIN));
+        assert_eq!(opts(&["5", "ATMOST", "MIN"]), Err(ERR_MIN));
+        assert_eq!(opts(&["5", "ATMOST", "MIN", "-1"]), Err(ERR_MIN));
+        assert_eq!(
+            opts(&["5", "ATMOST", "MIN", "9007199254740993"]),
+            Err(ERR_MIN)
+        );
+        assert_eq!(opts(&["5", "MIN", "2"]), Err(ERR_MIN_ATMOST));
+        assert_eq!(
+            opts(&["5", "MIN", "2", "RESERVE", "10"]),
+            Err(ERR_MIN_ATMOST)
+        );
+        assert_eq!(
+            opts(&["5", "ATMOST", "MIN", "2", "BLOCK", "10"]),
+            Err(ERR_ATMOST_WAIT)
+        );
+        assert_eq!(
+            opts(&["5", "ATMOST", "MIN", "2", "MIN", "3"]),
+            Err(ERR_OPTION)
+        );
+        assert_eq!(opts(&["MIN", "2", "ATMOST"]), atmost(1, Some(2)));
+        assert_eq!(opts(&["MIN", "2"]), Err(ERR_MIN_ATMOST));
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! `TB.CONSUME key rate capacity [n] [RESERVE ms | BLOCK ms] [ATMOST]`: take
-//! `n` tokens (default 1) from the bucket under `key`, refilled lazily at
-//! `rate` up to `capacity`.
+//! `TB.CONSUME key rate capacity [n] [RESERVE ms | BLOCK ms] [ATMOST [MIN
+//! chunk]]`: take `n` tokens (default 1) from the bucket under `key`,
+//! refilled lazily at `rate` up to `capacity`. `ATMOST MIN chunk` grants at
+//! least `min(chunk, n)` tokens or nothing (a denial waits for that many).
 //!
 //! Reply: `[allowed, remaining, retry_after_ms, reset_after_ms, granted]`.
 
@@ -8,7 +9,7 @@ use crate::bucket::{self, Kind, Limits, Mode};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
 use crate::glue::store::{self, BucketKey};
 use crate::glue::{blocking, clock, config, stats, top};
-use crate::parse::{self, Wait, ERR_CAPACITY};
+use crate::parse::{self, Wait, ERR_CAPACITY, ERR_MIN};
 
 const ERR_CANNOT_BLOCK: &str =
     "ERR BLOCK cannot wait inside MULTI, a script, or on a client that cannot block: use RESERVE and wait on the client";
@@ -23,8 +24,12 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         capacity: parse::amount(args.bytes(3), ERR_CAPACITY)?,
     };
     let opts = parse::consume_options((4..args.len()).map(|i| args.bytes(i)))?;
+    let min = opts.min.unwrap_or(1);
+    if opts.min.is_some_and(|c| c > limits.capacity) {
+        return Err(ERR_MIN.into());
+    }
     let mode = match opts.wait {
-        Wait::No if opts.atmost => Mode::AtMost,
+        Wait::No if opts.atmost => Mode::AtMost { min },
         Wait::No => Mode::All,
         Wait::Reserve(ms) | Wait::Block(ms) => {
             let max = config::max_wait_ms();

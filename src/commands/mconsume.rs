@@ -1,9 +1,13 @@
 //! `TB.MCONSUME numkeys key [key ...] rate capacity n [rate capacity n ...]
-//! [RESERVE ms]`: all-or-nothing across several buckets (requests and tokens
-//! per minute, per tenant and per key): either every bucket gives its `n`, or
-//! none changes. All keys must hash to one slot in a cluster (use hash tags).
+//! [RESERVE ms | ATMOST [MIN chunk]]`: all-or-nothing across several buckets
+//! (requests and tokens per minute, per tenant and per key): either every
+//! bucket gives its `n`, or none changes. With `ATMOST`, the parts with the
+//! largest `n` share one partial grant `g` (at least `min(chunk, n)`), taken
+//! from each of them (see [`bucket::consume_all`]). All keys must hash to
+//! one slot in a cluster (use hash tags).
 //!
-//! Reply: `[allowed, retry_after_ms, remaining_1, ..., remaining_k]`.
+//! Reply: `[allowed, retry_after_ms, remaining_1, ..., remaining_k]`, and
+//! with `ATMOST` one more element, `granted` (`g`, 0 when denied).
 
 use redis_module::raw;
 
@@ -11,11 +15,11 @@ use crate::bucket::{self, Limits, Mode, Part};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
 use crate::glue::store::{self, BucketKey};
 use crate::glue::{clock, config, stats, top};
-use crate::parse::{self, ERR_CAPACITY, ERR_N};
+use crate::parse::{self, ERR_CAPACITY, ERR_MIN, ERR_N};
 
 const ERR_NUMKEYS: &str = "ERR numkeys must be an integer from 1 to 1000 and match the arguments";
 const ERR_DUPLICATE: &str = "ERR a key appears twice in TB.MCONSUME";
-const ERR_OPTION: &str = "ERR unknown option: TB.MCONSUME takes RESERVE ms";
+const ERR_OPTION: &str = "ERR unknown option: TB.MCONSUME takes RESERVE ms, or ATMOST [MIN chunk]";
 
 /// Largest numkeys accepted.
 const MAX_KEYS: u64 = 1000;
@@ -34,8 +38,16 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         return Err(ERR_NUMKEYS.into());
     }
     let mut mode = Mode::All;
+    let opt = |i: usize| args.bytes(triples + 3 * k + i);
+    let mut chunk = None;
     match args.len() - (triples + 3 * k) {
         0 => {}
+        1 if parse::is_keyword(opt(0), "ATMOST") => mode = Mode::AtMost { min: 1 },
+        3 if parse::is_keyword(opt(0), "ATMOST") && parse::is_keyword(opt(1), "MIN") => {
+            let c = parse::chunk(opt(2))?;
+            chunk = Some(c);
+            mode = Mode::AtMost { min: c };
+        }
         2 if parse::is_keyword(args.bytes(triples + 3 * k), "RESERVE") => {
             let ms = parse::integer(
                 args.bytes(triples + 3 * k + 1),
@@ -64,6 +76,13 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
             n: parse::amount(args.bytes(at + 2), ERR_N)?,
         });
     }
+    if let Some(c) = chunk {
+        // MIN is checked against the capacity of every quantity part.
+        let big = parts.iter().map(|p| p.n).max().unwrap_or(0);
+        if parts.iter().any(|p| p.n == big && c > p.limits.capacity) {
+            return Err(ERR_MIN.into());
+        }
+    }
     for i in 0..k {
         for j in 0..i {
             if args.bytes(2 + i) == args.bytes(2 + j) {
@@ -84,19 +103,18 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
             store::commit(ctx.raw, key, b);
         }
     }
-    let tokens = if o.allowed {
-        parts.iter().map(|p| p.n).sum()
-    } else {
-        0
-    };
-    stats::record_multi(o.allowed, o.retry_after_ms, tokens);
+    let atmost = matches!(mode, Mode::AtMost { .. });
+    stats::record_multi(o.allowed, o.retry_after_ms, o.taken.iter().sum());
     top::record_multi(&parts, &o, now, |i| args.bytes(2 + i));
     let r = ctx.reply();
-    r.array(2 + k);
+    r.array(2 + k + usize::from(atmost));
     r.int(i64::from(o.allowed));
     r.int(o.retry_after_ms);
     for &left in &o.remaining {
         r.int(left as i64);
+    }
+    if atmost {
+        r.int(o.granted as i64);
     }
     Ok(())
 }

@@ -154,6 +154,17 @@ impl Arg {
     }
 }
 
+/// `ATMOST [MIN chunk]`: a partial grant, of at least `chunk` tokens.
+const ATMOST_ARGS: &[Arg] = &[
+    pure_token(c"atmost", c"ATMOST"),
+    integer(c"chunk").token(c"MIN").optional(),
+];
+
+/// The `ATMOST [MIN chunk]` block of the consume commands.
+const fn atmost_block() -> Arg {
+    block(c"atmost", ATMOST_ARGS)
+}
+
 const COMMANDS: &[Spec] = &[
     Spec {
         name: c"tb.consume",
@@ -178,7 +189,7 @@ const COMMANDS: &[Spec] = &[
                     ],
                 )
                 .optional(),
-                pure_token(c"atmost", c"ATMOST").optional(),
+                atmost_block().optional(),
             ],
         },
     },
@@ -199,7 +210,11 @@ const COMMANDS: &[Spec] = &[
                     &[string(c"rate"), integer(c"capacity"), integer(c"n")],
                 )
                 .multiple(),
-                integer(c"reserve-ms").token(c"RESERVE").optional(),
+                one_of(
+                    c"mode",
+                    &[integer(c"reserve-ms").token(c"RESERVE"), atmost_block()],
+                )
+                .optional(),
             ],
         },
     },
