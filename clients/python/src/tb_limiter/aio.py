@@ -23,6 +23,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from . import _core
 from ._core import Block, Command, Plan, Sleep
+from .batch import AsyncBatcher
 from ._protocol import Call
 from ._rates import LimitSpec, RateLike
 from ._spec import BucketSpec, group_specs
@@ -314,6 +315,11 @@ class AsyncTokenBucket(BucketSpec):
     async def peek(self) -> Result:
         """Whether one request would be served now, changing nothing."""
         return await self.consume(0)
+
+    def batched(self, batch: int, *, hold: float = 0.05, max_hold: float = 0.5) -> AsyncBatcher:
+        """Batches of this bucket's tokens handed out locally (see
+        :meth:`tb_limiter.TokenBucket.batched`)."""
+        return AsyncBatcher(self, batch, hold=hold, max_hold=max_hold)
 
     async def reserve(self, n: int = 1, *, max_wait: float | None = None) -> Result:
         """RESERVE: take the tokens into debt if they come within ``max_wait``

@@ -14,6 +14,7 @@ from redis.cluster import RedisCluster
 
 from . import _core
 from ._core import Block, Command, Plan, Sleep
+from .batch import Batcher
 from ._protocol import Call
 from ._rates import LimitSpec, RateLike
 from ._spec import BucketSpec, group_specs
@@ -271,6 +272,13 @@ class TokenBucket(BucketSpec):
     def peek(self) -> Result:
         """Whether one request would be served now, changing nothing."""
         return self.consume(0)
+
+    def batched(self, batch: int, *, hold: float = 0.05, max_hold: float = 0.5) -> Batcher:
+        """Hands this bucket's tokens out locally from batches of up to
+        ``batch`` taken in one call, for a hot key; what is not handed out
+        goes back after ``hold`` idle seconds, on close, and at the latest
+        ``max_hold`` seconds after it was taken (see :mod:`tb_limiter.batch`)."""
+        return Batcher(self, batch, hold=hold, max_hold=max_hold)
 
     def reserve(self, n: int = 1, *, max_wait: float | None = None) -> Result:
         """RESERVE: if the tokens will be there within ``max_wait`` seconds
