@@ -384,9 +384,11 @@ def hotkeys_section(h):
     out.append("`bench/hotkeys.py` (part of `make bench`; `make bench-hotkeys` runs it alone), "
                "through the Python client, on %s, Redis %s, %d cores.\n" % (
                    h["date"], h["server"], h["machine"]["cpus"]))
-    out.append("**One byte stream** at %s MB/s with %s-byte chunks and a one-chunk burst, calls "
-               "counted by the server (`INFO commandstats`):\n" % (
-                   "{:,.0f}".format(st["rate"] / 1e6), "{:,}".format(st["chunk"])))
+    out.append("**One byte stream** at %s MB/s with %s-byte chunks and a burst (capacity) of "
+               "%s bytes, sending %.0f s of the rate; calls counted by the server "
+               "(`INFO commandstats`). The bound is `rate / chunk` calls a second:\n" % (
+                   "{:,.0f}".format(st["rate"] / 1e6), "{:,}".format(st["chunk"]),
+                   "{:,}".format(st["capacity"]), st["pace"]["bytes"] / st["rate"]))
     out.append("| how the stream asks | calls | seconds | calls per second | MB/s |")
     out.append("|---|---:|---:|---:|---:|")
     for key, label in [("pace", "`pace_sync`: ATMOST MIN chunk, sleeping until a chunk has refilled"),
