@@ -68,14 +68,23 @@ export declare class Result {
   readonly reply: number[];
 }
 
+/** `ATMOST [MIN chunk]`: a partial grant, of at least `chunk` (or all of n when smaller). */
+export interface AtMostOptions {
+  atmost?: boolean;
+  /** The smallest grant worth having (needs `atmost`); at most the capacity. */
+  chunk?: Amount;
+}
+
 /** The reply of TB.MCONSUME. */
 export declare class MultiResult {
-  constructor(allowed: boolean, retryAfterMs: number, remaining: number[]);
-  static fromReply(reply: ReadonlyArray<unknown>): MultiResult;
+  constructor(allowed: boolean, retryAfterMs: number, remaining: number[], granted?: number | null);
+  static fromReply(reply: ReadonlyArray<unknown>, atmost?: boolean): MultiResult;
   readonly allowed: boolean;
   readonly retryAfterMs: number;
   /** Whole tokens left in each bucket, in order. */
   readonly remaining: ReadonlyArray<number>;
+  /** With `atmost`: the grant of every part asking for the largest n (0 when denied); else null. */
+  readonly granted: number | null;
   readonly never: boolean;
   readonly retryAfter: number;
   readonly reply: number[];
@@ -128,8 +137,14 @@ export declare class Limiter {
   bucket(key: Key, rate: Rate, capacity: Amount): TokenBucket;
   /** One command (`TB.CONSUME`, `TB.MCONSUME`, `TB.REFUND`, `TB.INFO`), raw reply. */
   execute(name: string, keys: ReadonlyArray<Key>, args: ReadonlyArray<string | number | bigint>): Promise<unknown>;
-  /** TB.MCONSUME: all or nothing; with `maxWaitMs`, a reservation. */
-  consumeMany(parts: Iterable<readonly [TokenBucket, Amount]>, options?: ReserveOptions): Promise<MultiResult>;
+  /**
+   * TB.MCONSUME: all or nothing; with `maxWaitMs`, a reservation; with
+   * `atmost` (and `chunk`), one shared partial grant of at least `chunk`.
+   */
+  consumeMany(
+    parts: Iterable<readonly [TokenBucket, Amount]>,
+    options?: ReserveOptions & AtMostOptions,
+  ): Promise<MultiResult>;
   /** Takes every part at once, waiting up to `timeoutMs`. */
   acquireMany(
     parts: Iterable<readonly [TokenBucket, Amount]>,
@@ -146,8 +161,8 @@ export declare class TokenBucket {
   /** The rate as sent (`'0.5'`, `'100/m'`). */
   readonly rate: string;
   readonly capacity: number;
-  /** Takes n tokens now or none (`atmost`: as many whole tokens as are there, at least one). */
-  consume(n?: Amount, options?: { atmost?: boolean }): Promise<Result>;
+  /** Takes n tokens now or none (`atmost`: as many whole tokens as are there, at least `chunk`, default 1). */
+  consume(n?: Amount, options?: AtMostOptions): Promise<Result>;
   /** Whether a request would be served now; changes nothing. */
   peek(): Promise<Result>;
   /** RESERVE: take the tokens now (into debt) if due within `maxWaitMs`; wait `retryAfterMs`, then proceed. */

@@ -149,18 +149,24 @@ export class Result {
   }
 }
 
-/** The reply of TB.MCONSUME: `[allowed, retry_after_ms, remaining_1, ...]`. */
+/**
+ * The reply of TB.MCONSUME: `[allowed, retry_after_ms, remaining_1, ...]`,
+ * and with ATMOST one more, `granted`.
+ */
 export class MultiResult {
-  constructor(allowed, retryAfterMs, remaining) {
+  constructor(allowed, retryAfterMs, remaining, granted = null) {
     this.allowed = allowed;
     this.retryAfterMs = retryAfterMs;
     this.remaining = Object.freeze(remaining);
+    /** With `atmost`: the grant of every part asking for the largest n; else null. */
+    this.granted = granted;
     Object.freeze(this);
   }
 
-  static fromReply(reply) {
+  static fromReply(reply, atmost = false) {
     const [a, retry, ...remaining] = reply.map(int);
-    return new MultiResult(a === 1, retry, remaining);
+    const granted = atmost ? remaining.pop() : null;
+    return new MultiResult(a === 1, retry, remaining, granted);
   }
 
   /** True when some bucket can never give its n. */
@@ -173,7 +179,8 @@ export class MultiResult {
   }
 
   get reply() {
-    return [this.allowed ? 1 : 0, this.retryAfterMs, ...this.remaining];
+    const extra = this.granted === null ? [] : [this.granted];
+    return [this.allowed ? 1 : 0, this.retryAfterMs, ...this.remaining, ...extra];
   }
 }
 
@@ -391,18 +398,19 @@ export class Limiter {
    * all will have refilled by then, and `retryAfterMs` is the wait before
    * proceeding. In a cluster the keys must share a slot (`{tenant}:rpm`).
    */
-  async consumeMany(parts, { maxWaitMs } = {}) {
-    const { reply } = await this._consumeMany(parts, maxWaitMs);
-    return MultiResult.fromReply(reply);
+  async consumeMany(parts, { maxWaitMs, atmost = false, chunk } = {}) {
+    if (atmost && maxWaitMs !== undefined) throw new RangeError('atmost cannot be combined with maxWaitMs');
+    const { reply } = await this._consumeMany(parts, maxWaitMs, atmostArgs(atmost, chunk));
+    return MultiResult.fromReply(reply, atmost);
   }
 
-  _consumeMany(parts, maxWaitMs) {
+  _consumeMany(parts, maxWaitMs, extra = []) {
     const items = [...parts];
     if (items.length === 0) throw new RangeError('consumeMany needs at least one [bucket, n] pair');
     const keys = items.map(([b]) => b.key);
     const args = items.flatMap(([b, n]) => [b.rate, b._capacityArg, amountArg(n)]);
     if (maxWaitMs === undefined) {
-      return this._run(this._conn, 'TB.MCONSUME', keys, args).then((reply) => ({ reply, windowMs: 0 }));
+      return this._run(this._conn, 'TB.MCONSUME', keys, [...args, ...extra]).then((reply) => ({ reply, windowMs: 0 }));
     }
     return this._withWait(waitArg(maxWaitMs, 'maxWaitMs'), (w) =>
       this._run(this._conn, 'TB.MCONSUME', keys, [...args, 'RESERVE', String(w)]),
@@ -477,6 +485,13 @@ export class Limiter {
   }
 }
 
+/** `ATMOST [MIN chunk]`, or nothing; a chunk needs `atmost`. */
+function atmostArgs(atmost, chunk) {
+  if (chunk !== undefined && !atmost) throw new RangeError('chunk is the smallest grant of atmost: true');
+  if (!atmost) return [];
+  return chunk === undefined ? ['ATMOST'] : ['ATMOST', 'MIN', amountArg(chunk, 'chunk')];
+}
+
 /** One bucket: `limiter.bucket('llm:openai', '0.5', 1)`. */
 export class TokenBucket {
   constructor(limiter, key, rate, capacity) {
@@ -496,10 +511,12 @@ export class TokenBucket {
 
   /**
    * Takes `n` tokens now or none (`atmost`: as many whole tokens as are
-   * there, at least one; `granted` says how many). `n = 0` is a peek.
+   * there, at least `chunk` (default 1, or all of `n` when smaller), and a
+   * denial's wait is the wait for `chunk`; `granted` says how many). `n = 0`
+   * is a peek.
    */
-  async consume(n = 1, { atmost = false } = {}) {
-    const args = atmost ? this._args(n, 'ATMOST') : this._args(n);
+  async consume(n = 1, { atmost = false, chunk } = {}) {
+    const args = this._args(n, ...atmostArgs(atmost, chunk));
     return Result.fromReply(await this.limiter._run(this.limiter._conn, 'TB.CONSUME', [this.key], args));
   }
 
