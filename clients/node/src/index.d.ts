@@ -173,4 +173,35 @@ export declare class TokenBucket {
   refund(n: Amount): Promise<number | null>;
   /** The bucket as of now, or null for a missing key (a full bucket). */
   info(): Promise<BucketInfo | null>;
+  /** Batches of this bucket's tokens handed out locally, for a hot key. */
+  batched(batch: number, options?: BatchOptions): Batcher;
+}
+
+export interface BatchOptions {
+  /** Give back what is held after this long with no request (default 50). */
+  holdMs?: number;
+  /** Give back what is held at the latest this long after it was taken (default 500). */
+  maxHoldMs?: number;
+}
+
+/**
+ * Hot keys: tokens handed out locally from batches taken in one call
+ * (`ATMOST batch MIN n`); the global bound stays exact, and what is held goes
+ * back after `holdMs` idle, on close, and at the latest `maxHoldMs` after it
+ * was taken.
+ */
+export declare class Batcher {
+  constructor(bucket: TokenBucket, batch: number, options?: BatchOptions);
+  readonly bucket: TokenBucket;
+  /** Tokens taken from the server and not handed out yet. */
+  readonly held: number;
+  readonly handedOut: number;
+  readonly batches: number;
+  readonly givenBack: number;
+  /** null when served from the batch; else the reply of the call that took a new one. */
+  consume(n?: number): Promise<Result | null>;
+  /** Takes n tokens, sleeping between calls; throws RateLimited past `timeoutMs`. */
+  acquire(n?: number, options?: { timeoutMs?: number }): Promise<void>;
+  /** Gives back what is held. */
+  close(): Promise<void>;
 }
