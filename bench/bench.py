@@ -25,6 +25,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import neighbours  # noqa: E402
 from resp import Conn, ReplyError  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -743,6 +744,11 @@ def main():
     ap.add_argument("--replication-calls", type=int, default=2000)
     ap.add_argument("--perf-seconds", type=float, default=2.0)
     ap.add_argument("--callgrind-requests", type=int, default=20000)
+    ap.add_argument("--neighbours-seconds", type=float, default=5.0,
+                    help="length of each noisy-neighbour scenario (bench/neighbours.py)")
+    ap.add_argument("--neighbours-rounds", type=int, default=5)
+    ap.add_argument("--only", choices=["neighbours"],
+                    help="measure only this part and update it in the existing --out file")
     ap.add_argument("--out", default=os.path.join(HERE, "results.json"))
     ap.add_argument("--smoke", action="store_true",
                     help="tiny sizes and sanity checks only (for `make bench-smoke`)")
@@ -757,6 +763,7 @@ def main():
     if a.smoke:
         a.rounds, a.seconds, a.keyspace = 1, 0.05, 1000
         a.memory_buckets, a.scaling, a.replication_calls = 10000, "1000", 200
+        a.neighbours_seconds, a.neighbours_rounds = 0.5, 1
     for tool in ("redis-benchmark", "redis-cli"):
         if not shutil.which(tool):
             raise SystemExit("%s is missing (Debian package redis-tools)" % tool)
@@ -782,6 +789,14 @@ def main():
         log("replaced the memory figures in %s" % a.out)
         return
     t_start = time.time()
+    if a.only == "neighbours":
+        with open(a.out) as f:
+            results = json.load(f)
+        results["neighbours"] = run_neighbours(a)
+        with open(a.out, "w") as f:
+            json.dump(results, f, indent=1)
+        log("updated the noisy-neighbour figures in %s in %d s" % (a.out, time.time() - t_start))
+        return
     servers = {"official": version_of(a.server)}
     if a.server8:
         servers["second"] = version_of(a.server8)
@@ -816,6 +831,7 @@ def main():
     log("throughput against the number of buckets")
     stages = [int(x) for x in a.scaling.split(",")]
     results["scaling"] = scaling(a.server, a.module, stages, 3 if not a.smoke else 1, a.seconds)
+    results["neighbours"] = run_neighbours(a)
     results["machine"]["loadavg_end"] = os.getloadavg()[0]
     results["machine"]["run_seconds"] = round(time.time() - t_start)
     if a.smoke:
@@ -825,6 +841,15 @@ def main():
     with open(a.out, "w") as f:
         json.dump(results, f, indent=1)
     log("wrote %s in %d s" % (a.out, results["machine"]["run_seconds"]))
+
+
+def run_neighbours(a):
+    """The noisy-neighbour figures (bench/neighbours.py), on the official
+    server; what a waiting client holds, on every server."""
+    log("noisy neighbours on %s" % version_of(a.server))
+    return neighbours.measure(Server, a.server, a.module, a.neighbours_seconds,
+                              a.neighbours_rounds, [a.server] + ([a.server8] if a.server8 else []),
+                              smoke=a.smoke)
 
 
 def check_smoke(results):
@@ -844,6 +869,9 @@ def check_smoke(results):
     for m in results["memory"]:
         if not m["kinds"]["tb"]["has_expiry"]:
             problems.append("buckets have no expiry")
+    for kind, sc in results["neighbours"]["scenarios"].items():
+        if not sc["calls"] > 0 or (kind != "quiet" and not sc["attacker_per_s"] > 0):
+            problems.append("neighbours/%s did not run: %s" % (kind, sc))
     if problems:
         raise SystemExit("smoke check failed:\n  " + "\n  ".join(problems))
 

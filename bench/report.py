@@ -10,6 +10,9 @@ import sys
 
 import matplotlib
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import neighbours  # noqa: E402
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -584,6 +587,8 @@ def main():
         L.append(text)
     L.append("```\n")
 
+    if "neighbours" in r:
+        L.extend(neighbours.render(r["neighbours"]))
     if topkeys:
         L.extend(topkeys_section(topkeys))
     if hotkeys:
@@ -595,7 +600,9 @@ def main():
              "(redis-server, redis-tools, valgrind, linux-perf) when run as root, and runs "
              "`bench/bench.py` then `bench/report.py`. `python3 bench/bench.py --help` lists "
              "the knobs (rounds, run length, key counts); `make bench-smoke` runs a tiny "
-             "version with sanity checks.\n")
+             "version with sanity checks. `python3 bench/bench.py --only neighbours` re-measures "
+             "the noisy-neighbour figures alone (into the existing `bench/results.json`; "
+             "then `bench/report.py`).\n")
     with open(MD, "w") as f:
         f.write("\n".join(L))
 
@@ -621,5 +628,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, HERE)
     main()

@@ -4,6 +4,7 @@
 use redis_module::{raw, redis_module, Context, RedisString, Status};
 
 use crate::commands;
+use crate::glue::command;
 use crate::glue::datatype::TB_TYPE;
 use crate::glue::entry::guard;
 use crate::glue::{config, eviction, log};
@@ -34,7 +35,7 @@ fn start(ctx: &Context, args: &[RedisString]) -> Status {
     );
     // Warn now if the eviction policy can evict buckets (see eviction.rs).
     eviction::refresh();
-    match commands::register_all(ctx.get_raw()) {
+    match command::register_all(ctx, commands::ALL) {
         Ok(()) => Status::Ok,
         Err(e) => {
             log::warning(&format!("tb: {e}"));

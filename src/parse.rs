@@ -5,7 +5,8 @@
 //! every number is range-checked, so a bad argument is rejected before any key
 //! is touched. Error messages never echo the argument back.
 
-use crate::bucket::{Rate, MAX_AMOUNT};
+use crate::bucket::{Bucket, Limits, Rate, MAX_AMOUNT};
+use crate::codec::wire;
 
 /// A parse failure, as the full error line sent to the client.
 pub type ParseError = &'static str;
@@ -376,6 +377,349 @@ pub fn glob(pattern: &[u8], name: &[u8]) -> bool {
     pattern[p..].iter().all(|&c| c == b'*')
 }
 
+// ---------------------------------------------------------------------------
+// Whole commands. Each parser reads one command's arguments (the command
+// name at index 0) and returns typed values or the error to reply with; the
+// handlers in `commands/` parse nothing themselves. Redis checks each
+// command's arity before the handler runs; these parsers still accept any
+// argument count (they are fuzzed) and answer a wrong one with `WrongArity`.
+
+/// One call's arguments as the parsers read them, the command name at 0.
+/// The Redis glue implements it over the call's argv; tests and the fuzzer
+/// use slices.
+pub trait Argv<'a> {
+    /// Number of arguments, the command name included.
+    fn count(&self) -> usize;
+    /// Argument `i` (`i < count()`), as bytes.
+    fn arg(&self, i: usize) -> &'a [u8];
+}
+
+impl<'a> Argv<'a> for [&'a [u8]] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+
+    fn arg(&self, i: usize) -> &'a [u8] {
+        self[i]
+    }
+}
+
+/// Why a command's arguments were refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgsError {
+    /// An argument is invalid: the full error line.
+    Invalid(ParseError),
+    /// Too few or too many arguments.
+    WrongArity,
+}
+
+impl From<ParseError> for ArgsError {
+    fn from(e: ParseError) -> Self {
+        ArgsError::Invalid(e)
+    }
+}
+
+/// Argument `i`, or `WrongArity` when there are not that many.
+fn nth<'a>(a: &(impl Argv<'a> + ?Sized), i: usize) -> Result<&'a [u8], ArgsError> {
+    if i < a.count() {
+        Ok(a.arg(i))
+    } else {
+        Err(ArgsError::WrongArity)
+    }
+}
+
+/// `WrongArity` unless there are exactly `n` arguments.
+fn exactly<'a>(a: &(impl Argv<'a> + ?Sized), n: usize) -> Result<(), ArgsError> {
+    if a.count() == n {
+        Ok(())
+    } else {
+        Err(ArgsError::WrongArity)
+    }
+}
+
+/// `TB.CONSUME key rate capacity [n] [RESERVE ms | BLOCK ms] [ATMOST]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConsumeArgs {
+    /// The bucket's limits.
+    pub limits: Limits,
+    /// What follows `capacity`.
+    pub options: ConsumeOptions,
+}
+
+/// Parses `TB.CONSUME` (the key is argument 1).
+pub fn consume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<ConsumeArgs, ArgsError> {
+    let limits = Limits {
+        rate: rate(nth(a, 2)?)?,
+        capacity: amount(nth(a, 3)?, ERR_CAPACITY)?,
+    };
+    let options = consume_options((4..a.count()).map(|i| a.arg(i)))?;
+    if options.min.is_some_and(|c| c > limits.capacity) {
+        return Err(ERR_MIN.into());
+    }
+    Ok(ConsumeArgs { limits, options })
+}
+
+/// Error for a bad `numkeys` of TB.MCONSUME (it names [`MAX_KEYS`]).
+pub const ERR_NUMKEYS: ParseError =
+    "ERR numkeys must be an integer from 1 to 16 and match the arguments";
+/// Error for a key named twice in TB.MCONSUME.
+pub const ERR_DUPLICATE: ParseError = "ERR a key appears twice in TB.MCONSUME";
+/// Error for an unknown TB.MCONSUME option.
+pub const ERR_MCONSUME_OPTION: ParseError =
+    "ERR unknown option: TB.MCONSUME takes RESERVE ms, or ATMOST [MIN chunk]";
+/// Most keys one TB.MCONSUME may name. Every key costs about what one
+/// TB.CONSUME costs (Redis hashes the name a few times to look it up, write
+/// it and set its expiry), and Redis runs one command at a time, so this
+/// bounds how long one call keeps every other client waiting: 16 buckets,
+/// more than any one request checks (per user, per tenant, per minute, per
+/// day...), take about as long as 16 single-bucket calls (BENCHMARKS.md,
+/// "Noisy neighbours").
+pub const MAX_KEYS: u64 = 16;
+
+/// One bucket's request in TB.MCONSUME.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// The bucket's limits.
+    pub limits: Limits,
+    /// Tokens to take from it.
+    pub n: u64,
+}
+
+/// `TB.MCONSUME numkeys key [key ...] rate capacity n [...] [RESERVE ms]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MconsumeArgs {
+    /// One request per key, in key order; the keys are arguments
+    /// `2..2 + requests.len()`.
+    pub requests: Vec<Request>,
+    /// `RESERVE ms`.
+    pub reserve_ms: Option<u64>,
+    /// `ATMOST [MIN chunk]`: the chunk (1 for plain `ATMOST`).
+    pub atmost: Option<u64>,
+}
+
+/// `numkeys` of TB.MCONSUME (argument 1): `None` unless it is an integer from
+/// 1 to [`MAX_KEYS`]. Also answers Redis' "where are the keys" question.
+pub fn numkeys(arg: &[u8]) -> Option<usize> {
+    match integer(arg, MAX_KEYS, ERR_NUMKEYS) {
+        Ok(0) | Err(_) => None,
+        Ok(k) => Some(k as usize),
+    }
+}
+
+/// Parses `TB.MCONSUME`, including the check that no key appears twice.
+pub fn mconsume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<MconsumeArgs, ArgsError> {
+    let k = numkeys(nth(a, 1)?).ok_or(ERR_NUMKEYS)?;
+    let limits_at = 2 + k;
+    let end = limits_at + 3 * k;
+    if a.count() < end {
+        return Err(ERR_NUMKEYS.into());
+    }
+    let (mut reserve_ms, mut atmost) = (None, None);
+    match a.count() - end {
+        0 => {}
+        2 if is_keyword(a.arg(end), "RESERVE") => {
+            reserve_ms = Some(integer(a.arg(end + 1), MAX_WAIT_MS, ERR_WAIT)?);
+        }
+        1 if is_keyword(a.arg(end), "ATMOST") => atmost = Some(1),
+        3 if is_keyword(a.arg(end), "ATMOST") && is_keyword(a.arg(end + 1), "MIN") => {
+            atmost = Some(chunk(a.arg(end + 2))?);
+        }
+        _ => return Err(ERR_MCONSUME_OPTION.into()),
+    }
+    let mut requests = Vec::with_capacity(k);
+    for i in 0..k {
+        let at = limits_at + 3 * i;
+        requests.push(Request {
+            limits: Limits {
+                rate: rate(a.arg(at))?,
+                capacity: amount(a.arg(at + 1), ERR_CAPACITY)?,
+            },
+            n: amount(a.arg(at + 2), ERR_N)?,
+        });
+    }
+    // MIN is checked against the capacity of every part asking for the
+    // largest n (the parts that share the grant).
+    let big = requests.iter().map(|r| r.n).max().unwrap_or(0);
+    if let Some(c) = atmost {
+        if requests.iter().any(|r| r.n == big && c > r.limits.capacity) {
+            return Err(ERR_MIN.into());
+        }
+    }
+    if has_duplicate((2..limits_at).map(|i| a.arg(i))) {
+        return Err(ERR_DUPLICATE.into());
+    }
+    Ok(MconsumeArgs {
+        requests,
+        reserve_ms,
+        atmost,
+    })
+}
+
+/// Whether two of `keys` are equal, in time linear in their total length
+/// whatever they hold: comparing every pair would be quadratic, and keys
+/// sharing a long prefix make each comparison as long as the keys (1,000
+/// keys of 64 KB stalled the server for seconds). Up to
+/// [`PAIRWISE_KEYS`] keys are compared pairwise (at most six comparisons,
+/// no allocation); more go through a hash set with a randomly keyed hash,
+/// so that chosen names cannot collide on purpose.
+pub fn has_duplicate<'a>(keys: impl ExactSizeIterator<Item = &'a [u8]> + Clone) -> bool {
+    if keys.len() <= PAIRWISE_KEYS {
+        let mut rest = keys;
+        while let Some(k) = rest.next() {
+            if rest.clone().any(|other| other == k) {
+                return true;
+            }
+        }
+        return false;
+    }
+    let mut seen = std::collections::HashSet::with_capacity(keys.len());
+    keys.into_iter().any(|k| !seen.insert(k))
+}
+
+/// Most keys [`has_duplicate`] compares pairwise.
+const PAIRWISE_KEYS: usize = 4;
+
+/// Error for a bad CL.THROTTLE `max_burst`.
+pub const ERR_BURST: ParseError = "ERR max_burst must be an integer from 0 to 9007199254740991";
+/// Error for a bad CL.THROTTLE `count`.
+pub const ERR_COUNT: ParseError = "ERR count must be an integer from 0 to 9007199254740992";
+/// Error for a bad CL.THROTTLE `period`.
+pub const ERR_PERIOD: ParseError =
+    "ERR period must be an integer number of seconds from 1 to 9007199254740992";
+/// Error for a bad CL.THROTTLE `quantity`.
+pub const ERR_QUANTITY: ParseError = "ERR quantity must be an integer from 0 to 9007199254740992";
+
+/// `CL.THROTTLE key max_burst count period [quantity]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThrottleArgs {
+    /// Capacity `max_burst + 1`, rate `count / period` tokens per second.
+    pub limits: Limits,
+    /// Tokens to take (default 1).
+    pub quantity: u64,
+}
+
+/// Parses `CL.THROTTLE`.
+pub fn throttle_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<ThrottleArgs, ArgsError> {
+    let burst = integer(nth(a, 2)?, MAX_AMOUNT - 1, ERR_BURST)?;
+    let count = amount(nth(a, 3)?, ERR_COUNT)?;
+    let period = amount(nth(a, 4)?, ERR_PERIOD)?;
+    if period == 0 {
+        return Err(ERR_PERIOD.into());
+    }
+    let quantity = match a.count() {
+        5 => 1,
+        6 => amount(a.arg(5), ERR_QUANTITY)?,
+        _ => return Err(ArgsError::WrongArity),
+    };
+    let rate = Rate::new(u128::from(count), u128::from(period)).ok_or(ERR_RATE_RANGE)?;
+    Ok(ThrottleArgs {
+        limits: Limits {
+            rate,
+            capacity: burst + 1,
+        },
+        quantity,
+    })
+}
+
+/// Parses `TB.REFUND key n`: the tokens to give back.
+pub fn refund_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<u64, ArgsError> {
+    exactly(a, 3)?;
+    Ok(amount(a.arg(2), ERR_N)?)
+}
+
+/// Parses `TB.INFO key`.
+pub fn info_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<(), ArgsError> {
+    exactly(a, 2)
+}
+
+/// Error for a state TB.SETSTATE cannot set.
+pub const ERR_STATE: ParseError = "ERR invalid bucket state for TB.SETSTATE";
+
+/// `TB.SETSTATE`: set a bucket's absolute state, or delete it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetStateArgs {
+    /// `TB.SETSTATE key state` (compact) or `TB.SETSTATE key tokens_nanos
+    /// updated_us rate_num rate_den capacity expire_at_ms` (decimal): store
+    /// `bucket`, with the key's absolute expiry in ms (0: none).
+    State {
+        /// The state to store.
+        bucket: Bucket,
+        /// The key's absolute expiry in ms, 0 for none.
+        expire_at_ms: i64,
+    },
+    /// `TB.SETSTATE key DEL`: delete the bucket (a full bucket, whose key
+    /// a write removed). The word `DEL` cannot be a compact state: those
+    /// begin with a version tag byte below 0x20.
+    Delete,
+}
+
+/// Parses `TB.SETSTATE`, in its compact, decimal or deletion form.
+pub fn setstate_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<SetStateArgs, ArgsError> {
+    let (bucket, expire_at_ms) = match a.count() {
+        3 if is_keyword(a.arg(2), "DEL") => return Ok(SetStateArgs::Delete),
+        3 => wire::decode(a.arg(2)).ok_or(ERR_STATE)?,
+        8 => decimal_state(a)?,
+        _ => return Err(ArgsError::WrongArity),
+    };
+    Ok(SetStateArgs::State {
+        bucket,
+        expire_at_ms,
+    })
+}
+
+/// The bucket and absolute expiry of TB.SETSTATE's decimal form.
+fn decimal_state<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<(Bucket, i64), ParseError> {
+    let num = |i: usize| signed(a.arg(i), ERR_STATE);
+    let (tokens, updated, rnum, rden, cap, at) =
+        (num(2)?, num(3)?, num(4)?, num(5)?, num(6)?, num(7)?);
+    let in_i64 = |v: i128| i64::try_from(v).map_err(|_| ERR_STATE);
+    let in_u64 = |v: i128| u64::try_from(v).map_err(|_| ERR_STATE);
+    let rate = Rate::new(in_u64(rnum)? as u128, in_u64(rden)? as u128).ok_or(ERR_STATE)?;
+    let b = Bucket {
+        tokens,
+        updated_us: in_i64(updated)?,
+        rate,
+        capacity: in_u64(cap)?,
+    };
+    let at_ms = in_i64(at)?;
+    if !b.is_valid() || at_ms < 0 {
+        return Err(ERR_STATE);
+    }
+    Ok((b, at_ms))
+}
+
+/// Error for an unknown TB.CONFIG subcommand.
+pub const ERR_SUBCOMMAND: ParseError =
+    "ERR unknown subcommand: use GET pattern, SET name value, or RESETSTAT";
+
+/// `TB.CONFIG GET pattern | SET name value | RESETSTAT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigArgs<'a> {
+    /// `GET pattern`.
+    Get(&'a [u8]),
+    /// `SET name value`.
+    Set(&'a [u8], &'a [u8]),
+    /// `RESETSTAT`.
+    ResetStat,
+}
+
+/// Parses `TB.CONFIG`.
+pub fn config_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<ConfigArgs<'a>, ArgsError> {
+    let sub = nth(a, 1)?;
+    if is_keyword(sub, "GET") {
+        exactly(a, 3)?;
+        Ok(ConfigArgs::Get(a.arg(2)))
+    } else if is_keyword(sub, "SET") {
+        exactly(a, 4)?;
+        Ok(ConfigArgs::Set(a.arg(2), a.arg(3)))
+    } else if is_keyword(sub, "RESETSTAT") {
+        exactly(a, 2)?;
+        Ok(ConfigArgs::ResetStat)
+    } else {
+        Err(ERR_SUBCOMMAND.into())
+    }
+}
+
 /// Which heavy-hitter list `TB.TOP` reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TopMetric {
@@ -713,5 +1057,120 @@ mod tests {
             "a * in the pattern is a wildcard, even facing a *"
         );
         assert!(glob(b"*", b"*"));
+    }
+
+    fn argv(s: &str) -> Vec<&[u8]> {
+        s.split(' ').map(str::as_bytes).collect()
+    }
+
+    #[test]
+    fn consume_commands() {
+        let a = consume_args(&argv("TB.CONSUME k 100/m 5 2 RESERVE 10")[..]).unwrap();
+        assert_eq!(a.limits.capacity, 5);
+        assert_eq!((a.limits.rate.num(), a.limits.rate.den()), (5, 3));
+        assert_eq!(a.options.n, 2);
+        assert_eq!(a.options.wait, Wait::Reserve(10));
+        assert_eq!(
+            consume_args(&argv("TB.CONSUME k 1")[..]),
+            Err(ArgsError::WrongArity)
+        );
+        assert_eq!(
+            consume_args(&argv("TB.CONSUME k x 5")[..]),
+            Err(ArgsError::Invalid(ERR_RATE))
+        );
+    }
+
+    #[test]
+    fn mconsume_commands() {
+        let a = mconsume_args(&argv("TB.MCONSUME 2 a b 1 5 1 0 3 2 RESERVE 7")[..]).unwrap();
+        assert_eq!(a.requests.len(), 2);
+        assert_eq!((a.requests[1].limits.capacity, a.requests[1].n), (3, 2));
+        assert_eq!(a.reserve_ms, Some(7));
+        let err = |s: &str| mconsume_args(&argv(s)[..]).unwrap_err();
+        assert_eq!(err("TB.MCONSUME"), ArgsError::WrongArity);
+        assert_eq!(err("TB.MCONSUME 0 a 1 5 1"), ERR_NUMKEYS.into());
+        assert_eq!(err("TB.MCONSUME 17 a 1 5 1"), ERR_NUMKEYS.into());
+        assert!(ERR_NUMKEYS.contains(&format!("from 1 to {MAX_KEYS} ")));
+        assert_eq!(err("TB.MCONSUME 2 a b 1 5 1"), ERR_NUMKEYS.into());
+        assert_eq!(
+            err("TB.MCONSUME 1 a 1 5 1 FROB"),
+            ERR_MCONSUME_OPTION.into()
+        );
+        assert_eq!(err("TB.MCONSUME 1 a 1 5 1 RESERVE x"), ERR_WAIT.into());
+        assert_eq!(err("TB.MCONSUME 2 a a 1 5 1 1 5 1"), ERR_DUPLICATE.into());
+        assert_eq!(numkeys(b"3"), Some(3));
+        assert_eq!(numkeys(b"0"), None);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn has_duplicate_is_the_pairwise_check(
+            keys in proptest::collection::vec(proptest::collection::vec(0u8..3, 0..3), 0..12)
+        ) {
+            let naive = (0..keys.len()).any(|i| (0..i).any(|j| keys[i] == keys[j]));
+            proptest::prop_assert_eq!(has_duplicate(keys.iter().map(Vec::as_slice)), naive);
+        }
+    }
+
+    #[test]
+    fn throttle_refund_info_config() {
+        let t = throttle_args(&argv("CL.THROTTLE k 4 10 60")[..]).unwrap();
+        assert_eq!((t.limits.capacity, t.quantity), (5, 1));
+        assert_eq!((t.limits.rate.num(), t.limits.rate.den()), (1, 6));
+        assert_eq!(
+            throttle_args(&argv("CL.THROTTLE k 4 10 0")[..]),
+            Err(ERR_PERIOD.into())
+        );
+        assert_eq!(
+            throttle_args(&argv("CL.THROTTLE k 4 10 1 1 1")[..]),
+            Err(ArgsError::WrongArity)
+        );
+        assert_eq!(refund_args(&argv("TB.REFUND k 3")[..]), Ok(3));
+        assert_eq!(
+            refund_args(&argv("TB.REFUND k")[..]),
+            Err(ArgsError::WrongArity)
+        );
+        assert_eq!(info_args(&argv("TB.INFO k")[..]), Ok(()));
+        assert_eq!(
+            config_args(&argv("TB.CONFIG set a b")[..]),
+            Ok(ConfigArgs::Set(b"a", b"b"))
+        );
+        assert_eq!(
+            config_args(&argv("TB.CONFIG GET")[..]),
+            Err(ArgsError::WrongArity)
+        );
+        assert_eq!(
+            config_args(&argv("TB.CONFIG FROB")[..]),
+            Err(ERR_SUBCOMMAND.into())
+        );
+    }
+
+    #[test]
+    fn setstate_forms() {
+        let a = setstate_args(&argv("TB.SETSTATE k 5 1000 1 2 10 99")[..]).unwrap();
+        let SetStateArgs::State {
+            bucket,
+            expire_at_ms,
+        } = a
+        else {
+            panic!("{a:?}")
+        };
+        assert_eq!((bucket.tokens, bucket.updated_us), (5, 1000));
+        assert_eq!(expire_at_ms, 99);
+        let mut buf = [0u8; wire::MAX_LEN];
+        let len = wire::encode(&bucket, 99, &mut buf);
+        let compact = [&b"TB.SETSTATE"[..], b"k", &buf[..len]];
+        assert_eq!(setstate_args(&compact[..]), Ok(a));
+        for del in ["DEL", "del"] {
+            let args = [&b"TB.SETSTATE"[..], b"k", del.as_bytes()];
+            assert_eq!(setstate_args(&args[..]), Ok(SetStateArgs::Delete));
+        }
+        // The deletion form's word is not a compact state: those start
+        // with a version tag that is no printable character.
+        assert!(buf[0] < 0x20 && b'D' >= 0x20);
+        let bad = |s: &str| setstate_args(&argv(s)[..]).unwrap_err();
+        assert_eq!(bad("TB.SETSTATE k 1"), ERR_STATE.into());
+        assert_eq!(bad("TB.SETSTATE k 1 2"), ArgsError::WrongArity);
+        assert_eq!(bad("TB.SETSTATE k 1 1 1 0 5 0"), ERR_STATE.into());
     }
 }

@@ -8,7 +8,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{replica_of, server_has_api, Server, ServerConfig};
+use common::{
+    aof_rewrite_done, call, commandstats, digest, replica_of, server_has_api, setuser, state,
+    sync_replica, Server, ServerConfig,
+};
 use redis::{Connection, Value};
 
 /// The least-privilege ACL rule for an application that only rate-limits
@@ -16,52 +19,15 @@ use redis::{Connection, Value};
 const LEAST_PRIVILEGE: &str = "on >s3cret resetkeys ~rl:* resetchannels -@all \
      +tb.consume +tb.mconsume +tb.refund +tb.info +cl.throttle";
 
-fn setuser(c: &mut Connection, name: &str, rules: &str) {
-    let mut cmd = redis::cmd("ACL");
-    cmd.arg("SETUSER").arg(name);
-    for r in rules.split_whitespace() {
-        cmd.arg(r);
-    }
-    let _: () = cmd
-        .query(c)
-        .unwrap_or_else(|e| panic!("ACL SETUSER {name}: {e}"));
-}
-
-fn login(s: &Server, user: &str, pass: &str) -> Connection {
-    let mut c = s.conn();
-    let _: () = redis::cmd("AUTH")
-        .arg(user)
-        .arg(pass)
-        .query(&mut c)
-        .unwrap();
-    c
-}
-
-fn run(c: &mut Connection, args: &[&str]) -> redis::RedisResult<Value> {
-    let mut cmd = redis::cmd(args[0]);
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    cmd.query(c)
-}
-
 fn assert_noperm(c: &mut Connection, args: &[&str]) {
-    match run(c, args) {
+    match call(c, args) {
         Err(e) => assert_eq!(e.code(), Some("NOPERM"), "{args:?}: {e}"),
         Ok(v) => panic!("{args:?} was allowed: {v:?}"),
     }
 }
 
 fn assert_allowed(c: &mut Connection, args: &[&str]) -> Value {
-    run(c, args).unwrap_or_else(|e| panic!("{args:?} was refused: {e}"))
-}
-
-fn digest(c: &mut Connection, key: &str) -> Vec<String> {
-    redis::cmd("DEBUG")
-        .arg("DIGEST-VALUE")
-        .arg(key)
-        .query(c)
-        .unwrap()
+    call(c, args).unwrap_or_else(|e| panic!("{args:?} was refused: {e}"))
 }
 
 /// Every way a TB.* command can name `key` of another tenant.
@@ -111,12 +77,12 @@ fn tenants_cannot_touch_each_others_buckets() {
     assert_allowed(&mut admin, &["TB.CONSUME", "tenant:b:x", "1/d", "5", "2"]);
     let before = digest(&mut admin, "tenant:b:x");
 
-    let mut alice = login(&s, "alice", "pa");
+    let mut alice = s.login("alice", "pa");
     for a in attacks("tenant:b:x") {
         assert_noperm(&mut alice, &a);
     }
     // A key named only inside a script is checked when the script calls it.
-    let e = run(
+    let e = call(
         &mut alice,
         &[
             "EVAL",
@@ -141,22 +107,23 @@ fn tenants_cannot_touch_each_others_buckets() {
     // In MULTI the command is refused when queued and EXEC aborts.
     let _: () = redis::cmd("MULTI").query(&mut alice).unwrap();
     assert_noperm(&mut alice, &["TB.CONSUME", "tenant:b:x", "10", "5"]);
-    let e = run(&mut alice, &["EXEC"]).unwrap_err();
+    let e = call(&mut alice, &["EXEC"]).unwrap_err();
     assert_eq!(e.code(), Some("EXECABORT"), "{e}");
     // numkeys cannot smuggle a key past the check: a foreign name in a
     // non-key position is an argument, and the command fails.
-    let r = run(
+    let r = call(
         &mut alice,
         &["TB.MCONSUME", "1", "tenant:a:1", "tenant:b:x", "5", "1"],
     );
     assert!(r.is_err(), "{r:?}");
 
-    // carol may only read tenant b's keys: every change is refused. (So is
-    // TB.INFO, for now: the module registers every key as read-write, see
-    // README ("Security and limits").)
-    let mut carol = login(&s, "carol", "pc");
+    // carol may only read tenant b's keys: every change is refused, and
+    // TB.INFO, which only reads, is allowed.
+    let mut carol = s.login("carol", "pc");
     for a in attacks("tenant:b:x") {
-        if a[0] != "TB.INFO" {
+        if a[0] == "TB.INFO" {
+            assert_allowed(&mut carol, &a);
+        } else {
             assert_noperm(&mut carol, &a);
         }
     }
@@ -195,11 +162,55 @@ fn tenants_cannot_touch_each_others_buckets() {
 }
 
 #[test]
+fn key_permissions_follow_what_each_command_does_with_the_key() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    for key in ["ro:x", "wo:x"] {
+        assert_allowed(&mut admin, &["TB.CONSUME", key, "0", "5", "2"]);
+    }
+    let cmds = "+tb.consume +tb.mconsume +tb.refund +tb.info +cl.throttle +tb.setstate";
+    setuser(
+        &mut admin,
+        "reader",
+        &format!("on >pr resetkeys %R~ro:* resetchannels -@all {cmds}"),
+    );
+    setuser(
+        &mut admin,
+        "writer",
+        &format!("on >pw resetkeys %W~wo:* resetchannels -@all {cmds}"),
+    );
+    // A read-only key pattern runs the one command that only reads...
+    let mut reader = s.login("reader", "pr");
+    let v = assert_allowed(&mut reader, &["TB.INFO", "ro:x"]);
+    assert_eq!(
+        common::fields(redis::from_redis_value(&v).unwrap())["tokens"],
+        "3"
+    );
+    // ...and none that writes.
+    for a in attacks("ro:x") {
+        if a[0] != "TB.INFO" {
+            assert_noperm(&mut reader, &a);
+        }
+    }
+    // A write-only pattern may overwrite a bucket with TB.SETSTATE, which
+    // reads nothing, but run nothing that reads the bucket: every other
+    // command replies with what the bucket holds.
+    let mut writer = s.login("writer", "pw");
+    for a in attacks("wo:x") {
+        if a[0] == "TB.SETSTATE" {
+            assert_allowed(&mut writer, &a);
+        } else {
+            assert_noperm(&mut writer, &a);
+        }
+    }
+}
+
+#[test]
 fn the_least_privilege_line_allows_exactly_the_limiter() {
     let s = Server::start();
     let mut admin = s.conn();
     setuser(&mut admin, "limiter", LEAST_PRIVILEGE);
-    let mut app = login(&s, "limiter", "s3cret");
+    let mut app = s.login("limiter", "s3cret");
     for ok in [
         &["TB.CONSUME", "rl:user:1", "10", "5"][..],
         &["TB.CONSUME", "rl:user:1", "10", "5", "1", "RESERVE", "500"],
@@ -245,7 +256,7 @@ fn acl_categories_cover_the_internal_command_from_redis_7_2() {
     let s = Server::start();
     let mut admin = s.conn();
     setuser(&mut admin, "app", "on >pw ~* &* +@all -@dangerous");
-    let mut app = login(&s, "app", "pw");
+    let mut app = s.login("app", "pw");
     assert_allowed(&mut app, &["TB.CONSUME", "k", "10", "5"]);
     let setstate = ["TB.SETSTATE", "k", "0", "0", "1", "1", "5", "0"];
     if server_has_api("SetCommandACLCategories") {
@@ -283,10 +294,6 @@ fn setstate_denied(extra: &[&str]) -> ServerConfig {
     }
 }
 
-fn tokens(c: &mut Connection, key: &str) -> Vec<Value> {
-    redis::cmd("TB.INFO").arg(key).query(c).unwrap()
-}
-
 #[test]
 fn denying_setstate_breaks_neither_replication_nor_aof() {
     let aof = [
@@ -311,12 +318,7 @@ fn denying_setstate_breaks_neither_replication_nor_aof() {
         &mut mc,
         &["TB.CONSUME", "a", "1/d", "10", "1", "RESERVE", "1000"],
     );
-    let acked: i64 = redis::cmd("WAIT")
-        .arg(1)
-        .arg(15_000)
-        .query(&mut mc)
-        .unwrap();
-    assert_eq!(acked, 1);
+    sync_replica(&mut mc);
     for key in ["a", "b", "c"] {
         assert_eq!(
             digest(&mut mc, key),
@@ -324,38 +326,34 @@ fn denying_setstate_breaks_neither_replication_nor_aof() {
             "{key} replicated"
         );
     }
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut rc)
-        .unwrap();
+    let stats = commandstats(&mut rc);
     assert!(
         stats.contains("cmdstat_tb.setstate:calls=4"),
         "the replica applied 4 states: {stats}"
     );
 
     // The AOF replays TB.SETSTATE at start-up, also not subject to ACL.
-    let before: Vec<Vec<Value>> = ["a", "b", "c"].iter().map(|k| tokens(&mut mc, k)).collect();
-    let digests: Vec<Vec<String>> = ["a", "b", "c"].iter().map(|k| digest(&mut mc, k)).collect();
+    let before: Vec<_> = ["a", "b", "c"].iter().map(|k| state(&mut mc, k)).collect();
+    let digests: Vec<String> = ["a", "b", "c"].iter().map(|k| digest(&mut mc, k)).collect();
     drop(mc);
     m.restart();
     let mut mc = m.conn();
-    let after: Vec<Vec<String>> = ["a", "b", "c"].iter().map(|k| digest(&mut mc, k)).collect();
+    let after: Vec<String> = ["a", "b", "c"].iter().map(|k| digest(&mut mc, k)).collect();
     assert_eq!(after, digests, "the AOF restored every bucket");
     // And so does a rewritten AOF, made of TB.SETSTATE commands.
     let _: String = redis::cmd("BGREWRITEAOF").query(&mut mc).unwrap();
     m.wait_for("the AOF rewrite to finish", Duration::from_secs(20), |c| {
-        let info: String = redis::cmd("INFO").arg("persistence").query(c).unwrap();
-        info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0")
+        aof_rewrite_done(c)
     });
     drop(mc);
     m.restart();
     let mut mc = m.conn();
-    let again: Vec<Vec<String>> = ["a", "b", "c"].iter().map(|k| digest(&mut mc, k)).collect();
+    let again: Vec<String> = ["a", "b", "c"].iter().map(|k| digest(&mut mc, k)).collect();
     assert_eq!(again, digests, "the rewritten AOF restored every bucket");
-    let now: Vec<Vec<Value>> = ["a", "b", "c"].iter().map(|k| tokens(&mut mc, k)).collect();
+    let now: Vec<_> = ["a", "b", "c"].iter().map(|k| state(&mut mc, k)).collect();
     for (b, n) in before.iter().zip(&now) {
-        assert_eq!(b[2..4], n[2..4], "same capacity");
-        assert_eq!(b[6..8], n[6..8], "same stored time");
+        assert_eq!(b["capacity"], n["capacity"], "same capacity");
+        assert_eq!(b["updated_at_ms"], n["updated_at_ms"], "same stored time");
     }
     assert_noperm(&mut mc, &["TB.SETSTATE", "k", "0", "0", "1", "1", "5", "0"]);
     for s in [&m, &r] {

@@ -269,9 +269,11 @@ fn a_step_forward_refills_and_a_step_back_keeps_it() {
 
 /// Time from emptying a bucket of capacity 1 at `rate` to the answer of a
 /// BLOCK for its next token, while the clock steps by `step_us` once the
-/// client is waiting. The server must hold the reply the wait it promised,
-/// in real time: not less, and not the step more.
-fn block_across_a_step(rate: &str, step_us: i64) -> Duration {
+/// client is waiting, and the answer. The server must hold the reply the
+/// wait it promised, in real time: not less, and not the step more. The
+/// answer grants the token, due now, and reads the bucket as the stepped
+/// clock has it when sent (`remaining`: the caller checks).
+fn block_across_a_step(rate: &str, step_us: i64) -> (Duration, Vec<i64>) {
     let (s, mut clock, _dir) = server();
     let mut c = s.conn();
     let mut waiter = s.conn();
@@ -296,8 +298,8 @@ fn block_across_a_step(rate: &str, step_us: i64) -> Duration {
     clock.shift(step_us);
     let reply: Vec<i64> = redis::from_redis_value(&waiter.recv_response().unwrap()).unwrap();
     let held = start.elapsed();
-    assert_eq!(reply[..3], [1, 0, 0], "{reply:?}");
-    held
+    assert_eq!((reply[0], reply[2], reply[4]), (1, 0, 1), "{reply:?}");
+    (held, reply)
 }
 
 /// The least time from emptying the bucket to the answer, for a token
@@ -310,8 +312,10 @@ fn at_least(wait_ms: u64) -> Duration {
 
 #[test]
 fn block_is_held_its_wait_across_a_step_back() {
-    let held = block_across_a_step("1", -20 * SEC);
+    let (held, reply) = block_across_a_step("1", -20 * SEC);
     assert!(held >= at_least(1000), "{held:?}");
+    // Refill paused: the clock has not passed the stored time again.
+    assert_eq!(reply[1], 0, "{reply:?}");
     assert!(
         held < Duration::from_secs(10),
         "held {held:?}: the 20 s step back delayed the reply"
@@ -320,7 +324,10 @@ fn block_is_held_its_wait_across_a_step_back() {
 
 #[test]
 fn block_is_held_its_wait_across_a_step_forward() {
-    let held = block_across_a_step("20/m", 20 * SEC);
+    let (held, reply) = block_across_a_step("20/m", 20 * SEC);
+    // The 20 s stepped over refilled the bucket (as for any command) before
+    // the reply read it: full again, its token back.
+    assert_eq!(reply[1], 1, "{reply:?}");
     assert!(
         held >= at_least(3000),
         "answered after {held:?}, before the promised 3 s"

@@ -13,62 +13,9 @@ use std::collections::HashMap;
 use std::thread;
 use std::time::Instant;
 
-use common::cluster::{redis_cli, slot_of, tag_for_slot, wait_replicated, Cluster, SLOTS};
-use common::{server_has_api, Server};
-use redis::{ConnectionLike, ErrorKind, RedisError, Value};
-
-/// `TB.CONSUME key rate capacity n`.
-fn consume(c: &mut dyn ConnectionLike, key: &str, rate: &str, cap: u64, n: u64) -> Vec<i64> {
-    redis::cmd("TB.CONSUME")
-        .arg(key)
-        .arg(rate)
-        .arg(cap)
-        .arg(n)
-        .query(c)
-        .unwrap_or_else(|e| panic!("TB.CONSUME {key}: {e}"))
-}
-
-/// Turns a flat field/value reply into a map of strings.
-fn fields(v: Vec<Value>) -> HashMap<String, String> {
-    let s = |v: &Value| match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        Value::Int(n) => n.to_string(),
-        other => format!("{other:?}"),
-    };
-    v.chunks(2).map(|p| (s(&p[0]), s(&p[1]))).collect()
-}
-
-/// `TB.INFO key` as a map, `None` for a missing key.
-fn info(c: &mut dyn ConnectionLike, key: &str) -> Option<HashMap<String, String>> {
-    let v: Option<Vec<Value>> = redis::cmd("TB.INFO")
-        .arg(key)
-        .query(c)
-        .unwrap_or_else(|e| panic!("TB.INFO {key}: {e}"));
-    v.map(fields)
-}
-
-fn tokens(c: &mut dyn ConnectionLike, key: &str) -> String {
-    info(c, key).unwrap_or_else(|| panic!("{key} is missing"))["tokens"].clone()
-}
-
-/// `DEBUG DIGEST-VALUE key` on one node: a digest of the stored value.
-fn digest(c: &mut redis::Connection, key: &str) -> String {
-    let v: Vec<String> = redis::cmd("DEBUG")
-        .arg("DIGEST-VALUE")
-        .arg(key)
-        .query(c)
-        .unwrap();
-    v[0].clone()
-}
-
-/// The error of a command expected to fail.
-fn error_of(c: &mut dyn ConnectionLike, cmd: &redis::Cmd) -> RedisError {
-    match cmd.query::<Value>(c) {
-        Ok(v) => panic!("expected an error, got {v:?}"),
-        Err(e) => e,
-    }
-}
+use common::cluster::{key_in_slot, redis_cli, slot_of, wait_replicated, Cluster, SLOTS};
+use common::{consume, digest, error_of, fields, info, server_has_api, setuser, tokens, Server};
+use redis::{ErrorKind, RedisError, Value};
 
 /// The slot and port of a `MOVED slot 127.0.0.1:port` error.
 fn moved_to(e: &RedisError) -> (u16, u16) {
@@ -79,11 +26,6 @@ fn moved_to(e: &RedisError) -> (u16, u16) {
         Some((slot.parse().ok()?, port.parse().ok()?))
     });
     parsed.unwrap_or_else(|| panic!("cannot parse MOVED {detail:?}"))
-}
-
-/// A key in `slot`, with a `{hash tag}`.
-fn key_in_slot(slot: u16, name: &str) -> String {
-    format!("{{{}}}:{name}", tag_for_slot(slot))
 }
 
 /// How much `TB.CONSUME` takes from the bucket in `slot` in [`fill_every_slot`].
@@ -237,26 +179,8 @@ fn acl_rules_keep_the_internal_commands_from_applications() {
         ("category", &["~*", "+@all", "-@dangerous"]),
     ];
     for (name, rules) in users {
-        let ok: String = redis::cmd("ACL")
-            .arg("SETUSER")
-            .arg(name)
-            .arg("on")
-            .arg(">pw")
-            .arg(rules)
-            .query(&mut admin)
-            .unwrap();
-        assert_eq!(ok, "OK");
+        setuser(&mut admin, name, &format!("on >pw {}", rules.join(" ")));
     }
-    let login = |user: &str| {
-        let mut c = s.conn();
-        let ok: String = redis::cmd("AUTH")
-            .arg(user)
-            .arg("pw")
-            .query(&mut c)
-            .unwrap();
-        assert_eq!(ok, "OK");
-        c
-    };
     let setstate = redis::cmd("TB.SETSTATE")
         .arg("rl:1")
         .arg(0)
@@ -269,7 +193,7 @@ fn acl_rules_keep_the_internal_commands_from_applications() {
     let config = redis::cmd("TB.CONFIG").arg("GET").arg("*").clone();
     let categories = server_has_api("SetCommandACLCategories");
     for user in ["named", "prefix", "category"] {
-        let mut c = login(user);
+        let mut c = s.login(user, "pw");
         assert_eq!(consume(&mut c, "rl:1", "0", 10, 1)[0], 1, "{user}");
         assert_eq!(tokens(&mut c, "rl:1"), "9", "{user}");
         let refunded: i64 = redis::cmd("TB.REFUND")
@@ -289,7 +213,7 @@ fn acl_rules_keep_the_internal_commands_from_applications() {
             assert_eq!(e.code(), Some("NOPERM"), "{user}: {e}");
         }
     }
-    let mut c = login("prefix");
+    let mut c = s.login("prefix", "pw");
     let e = error_of(&mut c, redis::cmd("TB.CONSUME").arg("other").arg(0).arg(10));
     assert_eq!(e.code(), Some("NOPERM"), "{e}");
 }

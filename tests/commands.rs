@@ -4,61 +4,21 @@
 
 mod common;
 
-use std::collections::HashMap;
-
-use common::{Server, ServerConfig};
+use common::{
+    consume, digest, err, info, info_tb, repl_offset, server_time_us, until_server_time, Server,
+    ServerConfig, DEFAULT_N,
+};
 use redis::{Connection, Value};
-
-fn consume(c: &mut Connection, key: &str, rate: &str, cap: &str, n: Option<&str>) -> Vec<i64> {
-    let mut cmd = redis::cmd("TB.CONSUME");
-    cmd.arg(key).arg(rate).arg(cap);
-    if let Some(n) = n {
-        cmd.arg(n);
-    }
-    cmd.query(c).expect("TB.CONSUME")
-}
-
-fn info(c: &mut Connection, key: &str) -> Option<HashMap<String, String>> {
-    let v: Value = redis::cmd("TB.INFO").arg(key).query(c).expect("TB.INFO");
-    match v {
-        Value::Nil => None,
-        other => {
-            let flat: Vec<String> = redis::from_redis_value(&other).expect("flat array");
-            Some(
-                flat.chunks(2)
-                    .map(|p| (p[0].clone(), p[1].clone()))
-                    .collect(),
-            )
-        }
-    }
-}
-
-fn err_of(c: &mut Connection, args: &[&[u8]]) -> String {
-    let mut cmd = redis::cmd(std::str::from_utf8(args[0]).unwrap());
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    match cmd.query::<Value>(c) {
-        Err(e) => e.to_string(),
-        Ok(v) => panic!("expected an error for {args:?}, got {v:?}"),
-    }
-}
-
-fn digest(c: &mut Connection, key: &str) -> String {
-    redis::cmd("DEBUG")
-        .arg("DIGEST-VALUE")
-        .arg(key)
-        .query::<Vec<String>>(c)
-        .unwrap()[0]
-        .clone()
-}
 
 #[test]
 fn consume_reply_fields() {
     let s = Server::start();
     let mut c = s.conn();
     // A missing key is a full bucket: capacity 5 at 10 tokens/s.
-    assert_eq!(consume(&mut c, "k", "10", "5", None), vec![1, 4, 0, 100, 1]);
+    assert_eq!(
+        consume(&mut c, "k", "10", "5", DEFAULT_N),
+        vec![1, 4, 0, 100, 1]
+    );
     let r = consume(&mut c, "k", "10", "5", Some("4"));
     assert_eq!((r[0], r[1], r[2], r[4]), (1, 0, 0, 4));
     // Up to 500 ms to be full again; some time may have passed.
@@ -77,13 +37,16 @@ fn retry_after_is_honest_and_sufficient() {
     let s = Server::start();
     let mut c = s.conn();
     // 2 tokens/s, capacity 1: after taking it, one token takes 500 ms.
-    assert_eq!(consume(&mut c, "r", "2", "1", None)[0], 1);
-    let denied = consume(&mut c, "r", "2", "1", None);
+    assert_eq!(consume(&mut c, "r", "2", "1", DEFAULT_N)[0], 1);
+    let denied = consume(&mut c, "r", "2", "1", DEFAULT_N);
     assert_eq!(denied[0], 0);
     assert!(denied[2] > 0 && denied[2] <= 500);
-    std::thread::sleep(std::time::Duration::from_millis(denied[2] as u64));
+    // The denial was computed at or before this server instant: wait on the
+    // server's clock until retry_after_ms past it.
+    let answered = server_time_us(&mut c);
+    until_server_time(&mut c, answered + denied[2] * 1000);
     assert_eq!(
-        consume(&mut c, "r", "2", "1", None)[0],
+        consume(&mut c, "r", "2", "1", DEFAULT_N)[0],
         1,
         "retry at retry_after_ms succeeds"
     );
@@ -115,7 +78,7 @@ fn fixed_budget_and_zero_capacity() {
     // capacity 0 denies everything, forever, and stores nothing; a peek
     // says so too.
     assert_eq!(
-        consume(&mut c, "off", "10", "0", None),
+        consume(&mut c, "off", "10", "0", DEFAULT_N),
         vec![0, 0, -1, 0, 0]
     );
     assert_eq!(
@@ -183,16 +146,6 @@ fn peek_writes_nothing() {
     );
 }
 
-fn repl_offset(c: &mut Connection) -> i64 {
-    let text: String = redis::cmd("INFO").arg("replication").query(c).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("master_repl_offset:"))
-        .expect("master_repl_offset")
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 #[test]
 fn denials_write_and_propagate_nothing() {
     let s = Server::start();
@@ -201,7 +154,7 @@ fn denials_write_and_propagate_nothing() {
     let before = digest(&mut c, "d");
     let offset = repl_offset(&mut c);
     for _ in 0..10 {
-        assert_eq!(consume(&mut c, "d", "0", "2", None)[0], 0);
+        assert_eq!(consume(&mut c, "d", "0", "2", DEFAULT_N)[0], 0);
     }
     assert_eq!(digest(&mut c, "d"), before);
     assert_eq!(repl_offset(&mut c), offset);
@@ -213,10 +166,10 @@ fn limit_changes_settle_first_and_never_mint() {
     let mut c = s.conn();
     consume(&mut c, "L", "0", "10", Some("4"));
     // Capacity lowered below the balance: clamped to 3, then 1 taken.
-    assert_eq!(consume(&mut c, "L", "0", "3", None)[..2], [1, 2]);
+    assert_eq!(consume(&mut c, "L", "0", "3", DEFAULT_N)[..2], [1, 2]);
     // Capacity raised again: no tokens appear from nowhere.
     assert_eq!(consume(&mut c, "L", "0", "10", Some("0"))[1], 2);
-    assert_eq!(consume(&mut c, "L", "0", "10", None)[..2], [1, 1]);
+    assert_eq!(consume(&mut c, "L", "0", "10", DEFAULT_N)[..2], [1, 1]);
     // A denied request with new limits records them (rate 0 -> 1/d).
     assert_eq!(consume(&mut c, "L", "1/d", "10", Some("5"))[0], 0);
     let i = info(&mut c, "L").unwrap();
@@ -319,7 +272,7 @@ fn info_is_readonly_and_runs_on_replicas() {
         redis::cmd("EXISTS").arg("x").query::<i64>(rc).unwrap() == 1
     });
     assert_eq!(info(&mut rc, "x").unwrap()["capacity"], "5");
-    let e = err_of(&mut rc, &[b"TB.CONSUME", b"x", b"1", b"5"]);
+    let e = err(&mut rc, &["TB.CONSUME", "x", "1", "5"]);
     assert!(e.contains("read only replica"), "{e}");
 }
 
@@ -327,7 +280,7 @@ fn info_is_readonly_and_runs_on_replicas() {
 fn expiry_when_full() {
     let s = Server::start();
     let mut c = s.conn();
-    consume(&mut c, "e", "20", "1", None);
+    consume(&mut c, "e", "20", "1", DEFAULT_N);
     let ttl: i64 = redis::cmd("PTTL").arg("e").query(&mut c).unwrap();
     assert!(
         ttl > 0 && ttl <= 51,
@@ -348,7 +301,7 @@ fn expiry_when_full() {
         .arg("no")
         .query(&mut c)
         .unwrap();
-    consume(&mut c, "e2", "20", "1", None);
+    consume(&mut c, "e2", "20", "1", DEFAULT_N);
     let ttl: i64 = redis::cmd("PTTL").arg("e2").query(&mut c).unwrap();
     assert_eq!(ttl, -1);
 }
@@ -402,11 +355,11 @@ fn expire_idle_from_module_arguments_and_native_config() {
         .query(&mut c)
         .unwrap();
     assert!(v.is_empty());
-    let e = err_of(&mut c, &[b"TB.CONFIG", b"SET", b"expire-idle", b"maybe"]);
+    let e = err(&mut c, &["TB.CONFIG", "SET", "expire-idle", "maybe"]);
     assert!(e.contains("yes or no"), "{e}");
-    let e = err_of(&mut c, &[b"TB.CONFIG", b"SET", b"nope", b"1"]);
+    let e = err(&mut c, &["TB.CONFIG", "SET", "nope", "1"]);
     assert!(e.contains("unknown setting"), "{e}");
-    let e = err_of(&mut c, &[b"TB.CONFIG", b"FROB"]);
+    let e = err(&mut c, &["TB.CONFIG", "FROB"]);
     assert!(e.contains("unknown subcommand"), "{e}");
     let s2 = Server::start_with(ServerConfig {
         args: vec!["--tb.expire-idle".into(), "no".into()],
@@ -422,14 +375,6 @@ fn expire_idle_from_module_arguments_and_native_config() {
         ["tb.expire-idle", "no"],
         "a redis.conf line / command-line config"
     );
-}
-
-fn info_tb(c: &mut Connection) -> HashMap<String, i64> {
-    let text: String = redis::cmd("INFO").arg("tb").query(c).unwrap();
-    text.lines()
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.to_string(), v.trim().parse().unwrap()))
-        .collect()
 }
 
 #[test]
@@ -485,7 +430,7 @@ fn bad_input_is_rejected_and_changes_nothing() {
         ),
         (
             vec![b"TB.CONSUME", b"b", b"1", b"5", b"RESERVE", b"60001"],
-            "exceeds tb.max-wait-ms",
+            "ERR wait exceeds tb.max-wait-ms (60000)",
         ),
         (
             vec![b"TB.CONSUME", b"b", b"1", b"5", b"ATMOST", b"BLOCK", b"5"],
@@ -556,14 +501,38 @@ fn bad_input_is_rejected_and_changes_nothing() {
             "WRONGTYPE",
         ),
         (vec![b"TB.CONFIG"], "wrong number of arguments"),
+        (vec![b"TB.SETSTATE", b"str", b"DEL"], "WRONGTYPE"),
     ];
     for (args, want) in &cases {
-        let e = err_of(&mut c, args);
+        let e = err(&mut c, &args[..]);
         assert!(e.contains(want), "{args:?}: got {e:?}, want {want:?}");
     }
     assert_eq!(digest(&mut c, "b"), before, "no error changed the bucket");
     let t: String = redis::cmd("TYPE").arg("str").query(&mut c).unwrap();
     assert_eq!(t, "string");
+}
+
+#[test]
+fn setstate_del_deletes_a_bucket_and_nothing_else() {
+    let s = Server::start();
+    let mut c = s.conn();
+    consume(&mut c, "b", "1/d", "5", Some("2"));
+    let ok: String = redis::cmd("TB.SETSTATE")
+        .arg(&["b", "DEL"])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(ok, "OK");
+    assert!(info(&mut c, "b").is_none(), "the bucket is gone");
+    let ok: String = redis::cmd("TB.SETSTATE")
+        .arg(&["b", "del"])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(ok, "OK", "a missing key stays missing");
+    let _: () = redis::cmd("SET").arg("str").arg("x").query(&mut c).unwrap();
+    let e = err(&mut c, &["TB.SETSTATE", "str", "DEL"]);
+    assert!(e.starts_with("WRONGTYPE"), "{e}");
+    let v: String = redis::cmd("GET").arg("str").query(&mut c).unwrap();
+    assert_eq!(v, "x", "other data is never deleted");
 }
 
 #[test]
@@ -634,6 +603,38 @@ fn command_flags_and_key_positions() {
     );
     for flag in ["write", "denyoom", "fast"] {
         assert!(text.contains(flag), "{flag} in {text}");
+    }
+    // Each key's flags say what the command does with it (ACL checks read
+    // and write permission from them).
+    let keys_and_flags = |c: &mut redis::Connection, args: &[&str]| -> Vec<(String, Vec<String>)> {
+        redis::cmd("COMMAND")
+            .arg("GETKEYSANDFLAGS")
+            .arg(args)
+            .query(c)
+            .unwrap_or_else(|e| panic!("GETKEYSANDFLAGS {args:?}: {e}"))
+    };
+    let flags = |f: &[&str]| f.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let read = flags(&["RO", "access"]);
+    let update = flags(&["RW", "access", "update"]);
+    for (args, want) in [
+        (&["TB.INFO", "k"][..], vec![("k", &read)]),
+        (&["TB.CONSUME", "k", "1", "2"], vec![("k", &update)]),
+        (&["TB.REFUND", "k", "1"], vec![("k", &update)]),
+        (&["CL.THROTTLE", "k", "1", "1", "1"], vec![("k", &update)]),
+        (
+            &["TB.SETSTATE", "k", "x"],
+            vec![("k", &flags(&["OW", "update"]))],
+        ),
+        (
+            &["TB.MCONSUME", "2", "a", "b", "1", "1", "1", "1", "1", "1"],
+            vec![("a", &update), ("b", &update)],
+        ),
+    ] {
+        let want: Vec<(String, Vec<String>)> = want
+            .into_iter()
+            .map(|(k, f)| (k.to_string(), f.clone()))
+            .collect();
+        assert_eq!(keys_and_flags(&mut c, args), want, "{args:?}");
     }
     // In MULTI the command sees one clock and replicates effects only.
     let r: Vec<Vec<i64>> = redis::pipe()

@@ -6,24 +6,12 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Server;
+use common::{nanos, server_time_us, Server};
 
 const RATE: i64 = 2000; // tokens per second
 const CAPACITY: i64 = 1_000_000_000; // never reached, so no refill is clamped away
 const WORKERS: usize = 4;
 const RUN_MS: u64 = 3000;
-
-fn server_time_us(c: &mut redis::Connection) -> i64 {
-    let t: Vec<String> = redis::cmd("TIME").query(c).unwrap();
-    t[0].parse::<i64>().unwrap() * 1_000_000 + t[1].parse::<i64>().unwrap()
-}
-
-/// Parses the exact decimal token count of TB.INFO into nano-tokens.
-fn nanos(decimal: &str) -> i128 {
-    let (whole, frac) = decimal.split_once('.').unwrap_or((decimal, ""));
-    let frac = format!("{frac:0<9}");
-    whole.parse::<i128>().unwrap() * 1_000_000_000 + frac.parse::<i128>().unwrap()
-}
 
 #[test]
 fn processes_hammering_one_key_never_exceed_the_bound() {

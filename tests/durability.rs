@@ -10,12 +10,13 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{Server, ServerConfig};
+use common::{
+    aof_rewrite_done, digest, info_field, nanos, server_time_us, state, Server, ServerConfig,
+};
 use redis::Connection;
 
 /// Load keys: fixed budgets (rate 0), so their tokens are exact integers.
@@ -41,43 +42,9 @@ fn load_key(i: usize) -> String {
     format!("load:{i}")
 }
 
-fn server_time_us(c: &mut Connection) -> i64 {
-    let t: Vec<String> = redis::cmd("TIME").query(c).unwrap();
-    t[0].parse::<i64>().unwrap() * 1_000_000 + t[1].parse::<i64>().unwrap()
-}
-
-/// Parses TB.INFO's exact decimal token count into nano-tokens.
-fn nanos(decimal: &str) -> i128 {
-    let (whole, frac) = decimal.split_once('.').unwrap_or((decimal, ""));
-    let frac = format!("{frac:0<9}");
-    whole.parse::<i128>().unwrap() * 1_000_000_000 + frac.parse::<i128>().unwrap()
-}
-
-fn info(c: &mut Connection, key: &str) -> HashMap<String, String> {
-    let v: Vec<redis::Value> = redis::cmd("TB.INFO")
-        .arg(key)
-        .query(c)
-        .unwrap_or_else(|e| panic!("TB.INFO {key}: {e}"));
-    let s = |v: &redis::Value| match v {
-        redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        redis::Value::Int(n) => n.to_string(),
-        other => format!("{other:?}"),
-    };
-    v.chunks(2).map(|p| (s(&p[0]), s(&p[1]))).collect()
-}
-
-fn digest(c: &mut Connection, key: &str) -> String {
-    let v: Vec<String> = redis::cmd("DEBUG")
-        .arg("DIGEST-VALUE")
-        .arg(key)
-        .query(c)
-        .unwrap();
-    v[0].clone()
-}
-
 /// Tokens taken from load key `i`: its capacity minus its exact tokens.
 fn taken(c: &mut Connection, i: usize) -> u64 {
-    let t = nanos(&info(c, &load_key(i))["tokens"]);
+    let t = nanos(&state(c, &load_key(i))["tokens"]);
     assert_eq!(t % 1_000_000_000, 0, "rate 0 keeps whole tokens");
     LOAD_CAP - (t / 1_000_000_000) as u64
 }
@@ -93,7 +60,7 @@ fn start_refilling(c: &mut Connection) -> i64 {
         .query(c)
         .unwrap();
     assert_eq!(r[0..2], [1, REFILL_LEVEL as i64]);
-    info(c, REFILL_KEY)["updated_at_ms"].parse().unwrap()
+    state(c, REFILL_KEY)["updated_at_ms"].parse().unwrap()
 }
 
 /// Checks that the refilling bucket kept its stored time `updated_ms` and
@@ -107,7 +74,7 @@ fn start_refilling(c: &mut Connection) -> i64 {
 /// below `t1`).
 fn assert_refilled_by_clock(c: &mut Connection, updated_ms: i64) -> (f64, i64) {
     let t1 = server_time_us(c);
-    let i = info(c, REFILL_KEY);
+    let i = state(c, REFILL_KEY);
     let t2 = server_time_us(c);
     assert_eq!(
         i["updated_at_ms"],
@@ -223,10 +190,6 @@ fn sum(tallies: &[Tally]) -> Tally {
     all
 }
 
-fn persistence_info(c: &mut Connection) -> String {
-    redis::cmd("INFO").arg("persistence").query(c).unwrap()
-}
-
 #[test]
 fn kill9_under_load_with_aof_keeps_every_acknowledged_grant() {
     let mut s = Server::start_with(ServerConfig {
@@ -261,10 +224,12 @@ fn kill9_under_load_with_aof_keeps_every_acknowledged_grant() {
                 // plus increments), while calls keep coming.
                 let _: String = redis::cmd("BGREWRITEAOF").query(&mut c).unwrap();
                 s.wait_for("the AOF rewrite", Duration::from_secs(30), |c| {
-                    let p = persistence_info(c);
-                    p.contains("aof_rewrite_in_progress:0") && p.contains("aof_rewrite_scheduled:0")
+                    aof_rewrite_done(c)
                 });
-                assert!(persistence_info(&mut c).contains("aof_last_bgrewrite_status:ok"));
+                assert_eq!(
+                    info_field(&mut c, "persistence", "aof_last_bgrewrite_status"),
+                    "ok"
+                );
                 let now = progress.load(Ordering::Relaxed);
                 wait_progress(&progress, now + 300, "calls after the rewrite");
             }

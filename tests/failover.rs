@@ -7,13 +7,12 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::cluster::{tag_for_slot, wait_replicated, Cluster, ClusterConfig};
-use common::{replica_of, Server, ServerConfig};
-use redis::{Connection, ConnectionLike, ErrorKind, RedisError, RedisResult, Value};
+use common::cluster::{key_in_slot, wait_replicated, Cluster, ClusterConfig};
+use common::{blocked_now, consume, digest, error_of, replica_of, state, Server, ServerConfig};
+use redis::{Connection, ConnectionLike, ErrorKind, RedisResult};
 
 /// Capacity of the fixed-budget bucket (rate 0), and what the test takes.
 const CAP: u64 = 100;
@@ -24,49 +23,9 @@ const TAKEN: u64 = 37;
 /// failover takes.
 const SLOW_RATE: &str = "0.1";
 
-fn consume(c: &mut dyn ConnectionLike, key: &str, rate: &str, cap: u64, n: u64) -> Vec<i64> {
-    redis::cmd("TB.CONSUME")
-        .arg(key)
-        .arg(rate)
-        .arg(cap)
-        .arg(n)
-        .query(c)
-        .unwrap_or_else(|e| panic!("TB.CONSUME {key}: {e}"))
-}
-
-fn info(c: &mut dyn ConnectionLike, key: &str) -> HashMap<String, String> {
-    let v: Vec<Value> = redis::cmd("TB.INFO")
-        .arg(key)
-        .query(c)
-        .unwrap_or_else(|e| panic!("TB.INFO {key}: {e}"));
-    let s = |v: &Value| match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::Int(n) => n.to_string(),
-        other => format!("{other:?}"),
-    };
-    v.chunks(2).map(|p| (s(&p[0]), s(&p[1]))).collect()
-}
-
 /// `DEBUG DIGEST-VALUE` of each key on one node: the stored values, exactly.
 fn digests(c: &mut Connection, keys: &[&str]) -> Vec<String> {
-    keys.iter()
-        .map(|k| {
-            let v: Vec<String> = redis::cmd("DEBUG")
-                .arg("DIGEST-VALUE")
-                .arg(*k)
-                .query(c)
-                .unwrap();
-            v[0].clone()
-        })
-        .collect()
-}
-
-fn tb_blocked_now(c: &mut Connection) -> i64 {
-    let text: String = redis::cmd("INFO").arg("tb").query(c).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("tb_blocked_now:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no tb_blocked_now in {text}"))
+    keys.iter().map(|k| digest(c, k)).collect()
 }
 
 /// Empties `key` (capacity 1 at [`SLOW_RATE`]) and starts a client blocked
@@ -75,7 +34,7 @@ fn tb_blocked_now(c: &mut Connection) -> i64 {
 fn block_on(server: &Server, key: &str) -> thread::JoinHandle<(RedisResult<Vec<i64>>, Duration)> {
     let mut c = server.conn();
     assert_eq!(consume(&mut c, key, SLOW_RATE, 1, 1)[0], 1);
-    let before = tb_blocked_now(&mut c);
+    let before = blocked_now(&mut c);
     let mut blocked = server.conn();
     let key = key.to_string();
     let handle = thread::spawn(move || {
@@ -91,7 +50,7 @@ fn block_on(server: &Server, key: &str) -> thread::JoinHandle<(RedisResult<Vec<i
         (r, t.elapsed())
     });
     server.wait_for("the client to block", Duration::from_secs(10), |c| {
-        tb_blocked_now(c) == before + 1
+        blocked_now(c) == before + 1
     });
     handle
 }
@@ -103,11 +62,6 @@ fn assert_unblocked(reply: (RedisResult<Vec<i64>>, Duration)) {
     let e = r.expect_err("the blocked client gets an error, not tokens");
     assert_eq!(e.code(), Some("UNBLOCKED"), "{e}");
     assert!(took < Duration::from_secs(10), "answered after {took:?}");
-}
-
-/// A key in `slot` with a hash tag, so several keys share one master.
-fn key_in_slot(slot: u16, name: &str) -> String {
-    format!("{{{}}}:{name}", tag_for_slot(slot))
 }
 
 /// Keys of one shard: a fixed budget, a slowly refilling bucket and one for
@@ -142,10 +96,10 @@ fn assert_continues(
     );
     let budget = keys[0];
     assert_eq!(
-        info(new_master, budget)["tokens"],
+        state(new_master, budget)["tokens"],
         (CAP - TAKEN).to_string()
     );
-    assert_eq!(info(new_master, keys[1])["updated_at_ms"], refill_updated);
+    assert_eq!(state(new_master, keys[1])["updated_at_ms"], refill_updated);
     assert_eq!(
         consume(new_master, budget, "0", CAP, 1),
         [1, (CAP - TAKEN - 1) as i64, 0, -1, 1],
@@ -162,13 +116,6 @@ fn assert_continues(
     assert!(r[2] > 10_000, "one reserved token ahead: {r:?}");
 }
 
-fn error_of(c: &mut dyn ConnectionLike, cmd: &redis::Cmd) -> RedisError {
-    match cmd.query::<Value>(c) {
-        Ok(v) => panic!("expected an error, got {v:?}"),
-        Err(e) => e,
-    }
-}
-
 #[test]
 fn cluster_failover_continues_from_the_replicated_state() {
     let cl = Cluster::start();
@@ -182,7 +129,7 @@ fn cluster_failover_continues_from_the_replicated_state() {
     wait_replicated(&cl.nodes[m], &cl.nodes[r]);
     let mut mc = cl.node_conn(m);
     let before = digests(&mut mc, &keys);
-    let refill_updated = info(&mut mc, keys[1])["updated_at_ms"].clone();
+    let refill_updated = state(&mut mc, keys[1])["updated_at_ms"].clone();
 
     cl.failover(r);
     assert_unblocked(blocked.join().unwrap());
@@ -223,7 +170,7 @@ fn cluster_replaces_a_killed_master_without_losing_state() {
     wait_replicated(&cl.nodes[m], &cl.nodes[r]);
     let mut mc = cl.node_conn(m);
     let before = digests(&mut mc, &keys);
-    let refill_updated = info(&mut mc, keys[1])["updated_at_ms"].clone();
+    let refill_updated = state(&mut mc, keys[1])["updated_at_ms"].clone();
 
     let killed_at = Instant::now();
     cl.kill9(m);
@@ -270,7 +217,7 @@ fn replicaof_no_one_promotes_a_plain_replica() {
     let blocked = block_on(&m, keys[2]);
     wait_replicated(&m, &r);
     let before = digests(&mut mc, &keys);
-    let refill_updated = info(&mut mc, keys[1])["updated_at_ms"].clone();
+    let refill_updated = state(&mut mc, keys[1])["updated_at_ms"].clone();
 
     let mut rc = r.conn();
     let ok: String = redis::cmd("REPLICAOF")
@@ -306,7 +253,7 @@ fn replicaof_no_one_promotes_a_plain_replica() {
     m.wait_for(
         "the reservation timer to fire",
         Duration::from_secs(20),
-        |c| tb_blocked_now(c) == 0,
+        |c| blocked_now(c) == 0,
     );
     let pong: String = redis::cmd("PING").query(&mut m.conn()).unwrap();
     assert_eq!(pong, "PONG");

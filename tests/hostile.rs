@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::Server;
+use common::{nanos, resp, Server};
 use redis::{Connection, Value};
 
 fn env_count(name: &str, default: usize) -> usize {
@@ -553,16 +553,12 @@ fn vanish(port: u16, rng: &mut Rng, t: &mut Tally) {
     let mut sock = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let (key, i) = fixed_key(rng);
     let (rate, _, _, cap, _) = FIXED[i];
-    let block = format!(
-        "*7\r\n$10\r\nTB.CONSUME\r\n${}\r\n{key}\r\n${}\r\n{rate}\r\n${}\r\n{cap}\r\n$1\r\n1\r\n$5\r\nBLOCK\r\n$3\r\n500\r\n",
-        key.len(),
-        rate.len(),
-        cap.to_string().len()
-    );
+    let cap = cap.to_string();
+    let block = resp(&["TB.CONSUME", &key, rate, &cap, "1", "BLOCK", "500"]);
     let bytes: Vec<u8> = match rng.below(3) {
-        0 => block.into_bytes(),
-        1 => block.as_bytes()[..rng.below(block.len() as u64) as usize].to_vec(),
-        _ => block.repeat(1 + rng.below(20) as usize).into_bytes(),
+        0 => block,
+        1 => block[..rng.below(block.len() as u64) as usize].to_vec(),
+        _ => block.repeat(1 + rng.below(20) as usize),
     };
     let _ = sock.write_all(&bytes);
     if rng.chance(2) {
@@ -570,22 +566,6 @@ fn vanish(port: u16, rng: &mut Rng, t: &mut Tally) {
     }
     drop(sock);
     t.dropped_clients += 1;
-}
-
-/// Tokens as TB.INFO shows them, in nano-tokens.
-fn nanos(decimal: &str) -> i128 {
-    let (neg, digits) = match decimal.strip_prefix('-') {
-        Some(d) => (true, d),
-        None => (false, decimal),
-    };
-    let (whole, frac) = digits.split_once('.').unwrap_or((digits, ""));
-    let v = whole.parse::<i128>().unwrap() * 1_000_000_000
-        + format!("{frac:0<9}").parse::<i128>().unwrap();
-    if neg {
-        -v
-    } else {
-        v
-    }
 }
 
 /// Every bucket in db 0 and 1 satisfies the invariants; returns how many

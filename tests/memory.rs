@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{replica_of, Server, ServerConfig};
+use common::{config_set, digest, info_field, replica_of, sync_replica, Server, ServerConfig};
 use redis::{Connection, Value};
 
 /// Every eviction policy Redis 7.0 and 8.2 accept.
@@ -36,30 +36,12 @@ const FILLER_BYTES: usize = 4000;
 /// Room above the empty server's memory given to `maxmemory`.
 const HEADROOM: u64 = 2 << 20;
 
-fn info_field(c: &mut Connection, section: &str, field: &str) -> String {
-    let text: String = redis::cmd("INFO").arg(section).query(c).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or_else(|| panic!("no {field} in INFO {section}:\n{text}"))
-        .trim()
-        .to_string()
-}
-
 fn can_evict(c: &mut Connection) -> String {
     info_field(c, "tb", "tb_eviction_policy_can_evict_buckets")
 }
 
-fn config_set(c: &mut Connection, name: &str, value: &str) {
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg(name)
-        .arg(value)
-        .query(c)
-        .unwrap_or_else(|e| panic!("CONFIG SET {name} {value}: {e}"));
-}
-
 /// The error text of a command that must fail.
-fn error_of(r: redis::RedisResult<Value>) -> String {
+fn error_line(r: redis::RedisResult<Value>) -> String {
     match r {
         Err(e) => format!("{} {}", e.code().unwrap_or(""), e.detail().unwrap_or("")),
         Ok(v) => panic!("expected an error, got {v:?}"),
@@ -346,11 +328,11 @@ fn deny_oom_refuses_new_buckets_with_a_clear_error() {
             .query(&mut c),
     ];
     for r in refused {
-        let e = error_of(r);
+        let e = error_line(r);
         assert!(e.starts_with(OOM), "{e}");
     }
     // Inside a script the same error reaches the script.
-    let e = error_of(
+    let e = error_line(
         redis::cmd("EVAL")
             .arg("return redis.pcall('TB.CONSUME', KEYS[1], '1/d', '10')")
             .arg(1)
@@ -360,9 +342,9 @@ fn deny_oom_refuses_new_buckets_with_a_clear_error() {
     assert!(e.starts_with(OOM), "{e}");
     // MULTI: the command is refused when queued, and EXEC aborts.
     let _: () = redis::cmd("MULTI").query(&mut c).unwrap();
-    let queued = error_of(consume(&mut c, "new", 1));
+    let queued = error_line(consume(&mut c, "new", 1));
     assert!(queued.starts_with(OOM), "{queued}");
-    let exec = error_of(redis::cmd("EXEC").query(&mut c));
+    let exec = error_line(redis::cmd("EXEC").query(&mut c));
     assert!(exec.starts_with("EXECABORT"), "{exec}");
 
     // Nothing was created or changed; reads still work.
@@ -389,6 +371,52 @@ fn deny_oom_refuses_new_buckets_with_a_clear_error() {
 }
 
 #[test]
+fn scripts_flagged_allow_oom_create_no_bucket_past_maxmemory() {
+    // A script or function flagged allow-oom may run deny-oom commands past
+    // maxmemory (Redis' rule for every command). The module still creates
+    // no bucket there: the memory a tenant's limiter calls take stays
+    // bounded by maxmemory whatever path they come through. Changing an
+    // existing bucket takes no memory and follows Redis' rule.
+    let s = Server::start();
+    let mut c = s.conn();
+    let r: Vec<i64> = redis::from_redis_value(&consume(&mut c, "old", 4).unwrap()).unwrap();
+    assert_eq!(r[..2], [1, 6]);
+    let lib = "#!lua name=limiter\n\
+               redis.register_function{function_name='take', flags={'allow-oom'}, \
+               callback=function(keys) return redis.call('TB.CONSUME', keys[1], '1/d', '10') end}";
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(lib)
+        .query(&mut c)
+        .unwrap();
+    fill_to_the_limit(&mut c);
+    let keys: i64 = redis::cmd("DBSIZE").query(&mut c).unwrap();
+    let script = "#!lua flags=allow-oom\nreturn redis.call('TB.CONSUME', KEYS[1], '1/d', '10')";
+    let eval = |c: &mut Connection, key: &str| -> redis::RedisResult<Value> {
+        redis::cmd("EVAL").arg(script).arg(1).arg(key).query(c)
+    };
+    let fcall = |c: &mut Connection, key: &str| -> redis::RedisResult<Value> {
+        redis::cmd("FCALL").arg("take").arg(1).arg(key).query(c)
+    };
+    for r in [eval(&mut c, "new"), fcall(&mut c, "new2")] {
+        let e = error_line(r);
+        assert!(e.contains(OOM), "{e}");
+    }
+    let after: i64 = redis::cmd("DBSIZE").query(&mut c).unwrap();
+    assert_eq!(after, keys, "no bucket was created");
+    // An existing bucket still works there.
+    for r in [eval(&mut c, "old"), fcall(&mut c, "old")] {
+        let r: Vec<i64> = redis::from_redis_value(&r.unwrap()).unwrap();
+        assert_eq!(r[0], 1, "{r:?}");
+    }
+    let info: Vec<String> = redis::cmd("TB.INFO").arg("old").query(&mut c).unwrap();
+    assert!(
+        info[1].starts_with('4'),
+        "old gave two more tokens: {info:?}"
+    );
+}
+
+#[test]
 fn a_replica_past_maxmemory_still_applies_the_masters_state() {
     let m = Server::start();
     let r = replica_of(&m, ServerConfig::default());
@@ -400,12 +428,7 @@ fn a_replica_past_maxmemory_still_applies_the_masters_state() {
     let mut mc = m.conn();
     let r1: Vec<i64> = redis::from_redis_value(&consume(&mut mc, "k", 3).unwrap()).unwrap();
     assert_eq!(r1[..2], [1, 7]);
-    let acked: i64 = redis::cmd("WAIT")
-        .arg(1)
-        .arg(15_000)
-        .query(&mut mc)
-        .unwrap();
-    assert_eq!(acked, 1);
+    sync_replica(&mut mc);
     let on_master: Vec<String> = redis::cmd("TB.INFO").arg("k").query(&mut mc).unwrap();
     let on_replica: Vec<String> = redis::cmd("TB.INFO").arg("k").query(&mut rc).unwrap();
     assert_eq!(
@@ -413,15 +436,9 @@ fn a_replica_past_maxmemory_still_applies_the_masters_state() {
         on_replica[2..8],
         "same capacity, rate and time"
     );
-    let dm: Vec<String> = redis::cmd("DEBUG")
-        .arg("DIGEST-VALUE")
-        .arg("k")
-        .query(&mut mc)
-        .unwrap();
-    let dr: Vec<String> = redis::cmd("DEBUG")
-        .arg("DIGEST-VALUE")
-        .arg("k")
-        .query(&mut rc)
-        .unwrap();
-    assert_eq!(dm, dr, "identical state");
+    assert_eq!(
+        digest(&mut mc, "k"),
+        digest(&mut rc, "k"),
+        "identical state"
+    );
 }

@@ -3,25 +3,8 @@
 
 mod common;
 
-use common::{Server, ServerConfig};
+use common::{aof_rewrite_done, digest, info_field, state, Server, ServerConfig};
 use redis::Connection;
-
-fn digest(c: &mut Connection, key: &str) -> String {
-    redis::cmd("DEBUG")
-        .arg("DIGEST-VALUE")
-        .arg(key)
-        .query::<Vec<String>>(c)
-        .unwrap()[0]
-        .clone()
-}
-
-fn field(c: &mut Connection, key: &str, name: &str) -> String {
-    let v: Vec<String> = redis::cmd("TB.INFO").arg(key).query(c).unwrap();
-    v.chunks(2)
-        .find(|p| p[0] == name)
-        .map(|p| p[1].clone())
-        .unwrap()
-}
 
 /// Creates buckets in several states; returns (key, digest, updated_at_ms, ttl>0).
 fn populate(c: &mut Connection) -> Vec<(String, String, String)> {
@@ -40,7 +23,11 @@ fn populate(c: &mut Connection) -> Vec<(String, String, String)> {
                 .arg(*n)
                 .query(c)
                 .unwrap();
-            (k.to_string(), digest(c, k), field(c, k, "updated_at_ms"))
+            (
+                k.to_string(),
+                digest(c, k),
+                state(c, k)["updated_at_ms"].clone(),
+            )
         })
         .collect()
 }
@@ -49,7 +36,7 @@ fn assert_same(c: &mut Connection, before: &[(String, String, String)], when: &s
     for (k, d, updated) in before {
         assert_eq!(&digest(c, k), d, "{k} changed after {when}");
         assert_eq!(
-            &field(c, k, "updated_at_ms"),
+            &state(c, k)["updated_at_ms"],
             updated,
             "{k} time shifted after {when}"
         );
@@ -99,10 +86,7 @@ fn aof_rewrite_without_rdb_preamble_restores_exact_state() {
         "AOF rewrite done",
         std::time::Duration::from_secs(20),
         |c| {
-            let info: String = redis::cmd("INFO").arg("persistence").query(c).unwrap();
-            info.contains("aof_rewrite_in_progress:0")
-                && info.contains("aof_rewrite_scheduled:0")
-                && info.contains("aof_last_bgrewrite_status:ok")
+            aof_rewrite_done(c) && info_field(c, "persistence", "aof_last_bgrewrite_status") == "ok"
         },
     );
     let aof_dir = s.dir.join("appendonlydir");

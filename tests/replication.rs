@@ -6,18 +6,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{replica_of, Server, ServerConfig};
+use common::{
+    commandstats, consume, dataset_digest, replica_of, sync_replica, Server, ServerConfig,
+};
 use redis::Connection;
-
-fn dataset_digest(c: &mut Connection) -> String {
-    redis::cmd("DEBUG").arg("DIGEST").query(c).unwrap()
-}
-
-/// Waits until the replica has processed everything the master sent.
-fn sync(master: &mut Connection) {
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(15_000).query(master).unwrap();
-    assert_eq!(acked, 1, "the replica acknowledged the stream");
-}
 
 fn workload(c: &mut Connection, round: u64) {
     // Rates and capacities chosen so that no key expires during the test,
@@ -36,7 +28,8 @@ fn workload(c: &mut Connection, round: u64) {
             .query(c)
             .unwrap();
     }
-    // A bucket that is full again after a capacity cut is deleted (replicated as DEL).
+    // A bucket that is full again after a capacity cut is deleted
+    // (replicated as `TB.SETSTATE full DEL`).
     let _: Vec<i64> = redis::cmd("TB.CONSUME")
         .arg("full")
         .arg("1")
@@ -68,7 +61,7 @@ fn master_and_replica_hold_identical_buckets() {
     }
     r.resume();
     workload(&mut mc, round + 1);
-    sync(&mut mc);
+    sync_replica(&mut mc);
     let mut rc = r.conn();
     let (dm, dr) = (dataset_digest(&mut mc), dataset_digest(&mut rc));
     assert_eq!(dm, dr, "DEBUG DIGEST differs after {round} rounds");
@@ -76,10 +69,6 @@ fn master_and_replica_hold_identical_buckets() {
     assert!(keys >= 20, "the workload created buckets: {keys}");
     let exists: i64 = redis::cmd("EXISTS").arg("full").query(&mut rc).unwrap();
     assert_eq!(exists, 0, "the full bucket was deleted on the replica too");
-}
-
-fn commandstats(c: &mut Connection) -> String {
-    redis::cmd("INFO").arg("commandstats").query(c).unwrap()
 }
 
 #[test]
@@ -95,7 +84,7 @@ fn replicas_receive_state_not_commands() {
             .query(&mut mc)
             .unwrap();
     }
-    sync(&mut mc);
+    sync_replica(&mut mc);
     let stats = commandstats(&mut r.conn());
     assert!(
         stats.contains("cmdstat_tb.setstate:calls=3"),
@@ -105,4 +94,51 @@ fn replicas_receive_state_not_commands() {
         !stats.contains("cmdstat_tb.consume"),
         "TB.CONSUME is never replayed: {stats}"
     );
+}
+
+#[test]
+fn deletions_replicate_with_del_renamed() {
+    // Operators rename DEL away (rename-command), on every node alike. A
+    // write that leaves a bucket full deletes its key; the deletion must
+    // still reach the replica and the AOF, whatever DEL is called.
+    let renamed = |extra: &[&str]| ServerConfig {
+        args: ["--rename-command", "DEL", "del-7f3a9c"]
+            .iter()
+            .chain(extra)
+            .map(|a| a.to_string())
+            .collect(),
+        ..ServerConfig::default()
+    };
+    let mut m = Server::start_with(renamed(&["--appendonly", "yes", "--appendfsync", "always"]));
+    let r = replica_of(&m, renamed(&[]));
+    let mut mc = m.conn();
+    // Two buckets at 3 of 5 tokens (refilling over days, so no expiry).
+    for key in ["refunded", "reshaped"] {
+        assert_eq!(consume(&mut mc, key, "1/d", 5, 2)[..2], [1, 3]);
+    }
+    // A refund fills one; a capacity cut to 3 fills the other (the request
+    // itself, for more than the capacity, is denied).
+    let _: i64 = redis::cmd("TB.REFUND")
+        .arg("refunded")
+        .arg(2)
+        .query(&mut mc)
+        .unwrap();
+    assert_eq!(consume(&mut mc, "reshaped", "1/d", 3, 5)[0], 0);
+    let exists = |c: &mut Connection| -> i64 {
+        redis::cmd("EXISTS")
+            .arg(&["refunded", "reshaped"])
+            .query(c)
+            .unwrap()
+    };
+    assert_eq!(exists(&mut mc), 0, "full buckets are deleted on the master");
+    sync_replica(&mut mc);
+    let mut rc = r.conn();
+    assert_eq!(exists(&mut rc), 0, "and on the replica");
+    assert_eq!(dataset_digest(&mut mc), dataset_digest(&mut rc));
+    drop(mc);
+    m.restart();
+    assert_eq!(exists(&mut m.conn()), 0, "and after replaying the AOF");
+    for s in [&m, &r] {
+        assert!(!s.log().contains("unknown command"), "{}", s.log());
+    }
 }

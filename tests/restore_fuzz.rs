@@ -14,7 +14,7 @@ mod common;
 
 use common::rng::{seed, Rng};
 
-use common::Server;
+use common::{digest, nanos, Server};
 use redis::{Connection, Value};
 
 /// CRC-64/Jones (reflected, polynomial 0xad93d23594c935a9), as Redis
@@ -113,23 +113,6 @@ fn restore(c: &mut Connection, key: &str, payload: &[u8]) -> Result<(), String> 
         .map_err(|e| e.to_string())
 }
 
-/// Tokens as TB.INFO shows them, in nano-tokens.
-fn nanos(decimal: &str) -> i128 {
-    let (neg, digits) = match decimal.strip_prefix('-') {
-        Some(d) => (true, d),
-        None => (false, decimal),
-    };
-    let (whole, frac) = digits.split_once('.').unwrap_or((digits, ""));
-    assert!(frac.len() <= 9, "{decimal}");
-    let v = whole.parse::<i128>().unwrap() * 1_000_000_000
-        + format!("{frac:0<9}").parse::<i128>().unwrap();
-    if neg {
-        -v
-    } else {
-        v
-    }
-}
-
 /// The invariants of a bucket that RESTORE accepted, checked through the
 /// commands that read it; returns its capacity and rate as TB.INFO shows them.
 fn check_loaded(c: &mut Connection, key: &str) -> Option<(i64, String)> {
@@ -156,11 +139,7 @@ fn check_loaded(c: &mut Connection, key: &str) -> Option<(i64, String)> {
     let reset: i64 = redis::from_redis_value(&info[9]).unwrap();
     assert!(reset >= -1);
     // Every other reader and writer copes with it too.
-    let _: Vec<String> = redis::cmd("DEBUG")
-        .arg("DIGEST-VALUE")
-        .arg(key)
-        .query(c)
-        .unwrap();
+    digest(c, key);
     let _: i64 = redis::cmd("MEMORY").arg("USAGE").arg(key).query(c).unwrap();
     let copy = dump(c, key);
     restore(c, "copy", &copy).expect("a loaded bucket dumps and restores again");
@@ -334,11 +313,7 @@ fn restore_never_crashes_on_corrupt_payloads() {
         .arg(4)
         .query(&mut c)
         .unwrap();
-    let victim: Vec<String> = redis::cmd("DEBUG")
-        .arg("DIGEST-VALUE")
-        .arg("victim")
-        .query(&mut c)
-        .unwrap();
+    let victim = digest(&mut c, "victim");
 
     let victim_dump = dump(&mut c, "victim");
     let (mut tried, mut accepted, mut refused) = (0usize, 0usize, 0usize);
@@ -395,11 +370,7 @@ fn restore_never_crashes_on_corrupt_payloads() {
         }
     }
     // The failed RESTOREs into "victim" did not touch it.
-    let now: Vec<String> = redis::cmd("DEBUG")
-        .arg("DIGEST-VALUE")
-        .arg("victim")
-        .query(&mut c)
-        .unwrap();
+    let now = digest(&mut c, "victim");
     assert_eq!(now, victim, "a refused RESTORE REPLACE kept the old value");
 
     // 2. Hand-built states around every validity boundary, in version 1

@@ -3,48 +3,14 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{replica_of, Server, ServerConfig};
+use common::{
+    answer, config_set, dataset_digest, err, info_tb, ints, replica_of, resp, state, sync_replica,
+    Server, ServerConfig,
+};
 use redis::{Connection, Value};
-
-fn ints(c: &mut Connection, args: &[&str]) -> Vec<i64> {
-    let mut cmd = redis::cmd(args[0]);
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    cmd.query(c).unwrap_or_else(|e| panic!("{args:?}: {e}"))
-}
-
-fn err(c: &mut Connection, args: &[&str]) -> String {
-    let mut cmd = redis::cmd(args[0]);
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    match cmd.query::<Value>(c) {
-        Err(e) => e.to_string(),
-        Ok(v) => panic!("{args:?}: expected an error, got {v:?}"),
-    }
-}
-
-fn info(c: &mut Connection, key: &str) -> HashMap<String, String> {
-    let v: Vec<String> = redis::cmd("TB.INFO").arg(key).query(c).unwrap();
-    v.chunks(2).map(|p| (p[0].clone(), p[1].clone())).collect()
-}
-
-fn info_tb(c: &mut Connection) -> HashMap<String, i64> {
-    let text: String = redis::cmd("INFO").arg("tb").query(c).unwrap();
-    text.lines()
-        .filter_map(|l| l.split_once(':'))
-        .filter_map(|(k, v)| Some((k.to_string(), v.trim().parse().ok()?)))
-        .collect()
-}
-
-fn digest(c: &mut Connection) -> String {
-    redis::cmd("DEBUG").arg("DIGEST").query(c).unwrap()
-}
 
 #[test]
 fn reservations_are_first_come_first_served_across_clients() {
@@ -79,14 +45,14 @@ fn reservations_are_first_come_first_served_across_clients() {
     }
     // A caller who will not wait that long is denied and takes nothing.
     let mut c = s.conn();
-    let before = info(&mut c, "q")["tokens"].clone();
+    let before = state(&mut c, "q")["tokens"].clone();
     let r = ints(
         &mut c,
         &["TB.CONSUME", "q", "10", "1", "1", "RESERVE", "100"],
     );
     assert_eq!((r[0], r[4]), (0, 0));
     assert!(r[2] > 100, "the wait it was not willing to accept: {r:?}");
-    let after = info(&mut c, "q")["tokens"].clone();
+    let after = state(&mut c, "q")["tokens"].clone();
     assert!(
         after.parse::<f64>().unwrap() >= before.parse::<f64>().unwrap(),
         "nothing taken"
@@ -118,7 +84,7 @@ fn reserved_wait_is_exactly_what_the_debt_needs() {
     );
     assert_eq!(r[0], 1);
     assert!(r[2] > 400 && r[2] <= 500, "{r:?}");
-    let tokens: f64 = info(&mut c, "slow")["tokens"].parse().unwrap();
+    let tokens: f64 = state(&mut c, "slow")["tokens"].parse().unwrap();
     assert!(
         (-2.0..0.0).contains(&tokens),
         "the bucket is in debt: {tokens}"
@@ -156,10 +122,13 @@ fn block_holds_the_reply_until_due_in_fifo_order_without_delaying_others() {
     ints(&mut c, &["TB.CONSUME", "b", "10", "1"]); // empty the bucket
     let start = Instant::now();
     let mut waiters = Vec::new();
-    for _ in 0..8 {
+    for i in 0..8 {
         waiters.push(spawn_block(&s, "b", "10", 5000));
-        // Space arrivals (well under a slot) so the server sees them in order.
-        thread::sleep(Duration::from_millis(15));
+        // The next waiter starts once the server has blocked this one, so
+        // the server sees them in this order.
+        s.wait_for("the waiter to block", Duration::from_secs(10), |c| {
+            info_tb(c)["tb_blocked_total"] == i + 1
+        });
     }
     // Meanwhile other clients are answered at once.
     let mut slowest = Duration::ZERO;
@@ -198,6 +167,95 @@ fn block_holds_the_reply_until_due_in_fifo_order_without_delaying_others() {
     let stats = info_tb(&mut c);
     assert_eq!(stats["tb_blocked_now"], 0);
     assert_eq!(stats["tb_blocked_total"], 8);
+}
+
+#[test]
+fn a_block_reply_describes_the_bucket_when_it_is_sent() {
+    let s = Server::start();
+    let mut c = s.conn();
+    // 10 tokens/s, capacity 10, emptied: the waiter's one token is due in
+    // 100 ms.
+    assert_eq!(ints(&mut c, &["TB.CONSUME", "r", "10", "10", "10"])[0], 1);
+    let (mut w, _) = s.send(&["TB.CONSUME", "r", "10", "10", "1", "BLOCK", "5000"]);
+    s.wait_for("the waiter to block", Duration::from_secs(10), |c| {
+        info_tb(c)["tb_blocked_now"] == 1
+    });
+    // Meanwhile another client reserves ten tokens behind it: the bucket
+    // is full again a second later than when the waiter blocked.
+    let r = ints(
+        &mut c,
+        &["TB.CONSUME", "r", "10", "10", "10", "RESERVE", "5000"],
+    );
+    assert_eq!((r[0], r[4]), (1, 10), "{r:?}");
+    let reply = answer(&mut w).unwrap();
+    let answered = Instant::now();
+    let reset_now: i64 = state(&mut c, "r")["reset_after_ms"].parse().unwrap();
+    let between = answered.elapsed().as_millis() as i64 + 1;
+    assert_eq!(
+        (reply[0], reply[1], reply[2], reply[4]),
+        (1, 0, 0, 1),
+        "{reply:?}"
+    );
+    // reset_after_ms as of the reply: the debt of both reservations, not
+    // only the waiter's own (that would be about 1000 ms less).
+    assert!(
+        reply[3] >= reset_now && reply[3] <= reset_now + between,
+        "reset_after_ms {} in the reply, {reset_now} just after ({between} ms later)",
+        reply[3]
+    );
+}
+
+#[test]
+fn a_block_reply_reads_the_waiters_own_database() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let mut w = s.conn();
+    for conn in [&mut c, &mut w] {
+        let _: () = redis::cmd("SELECT").arg(2).query(conn).unwrap();
+    }
+    assert_eq!(ints(&mut c, &["TB.CONSUME", "d", "10", "10", "10"])[0], 1);
+    let block = redis::cmd("TB.CONSUME")
+        .arg(&["d", "10", "10", "1", "BLOCK", "5000"])
+        .get_packed_command();
+    w.send_packed_command(&block).unwrap();
+    let reply = answer(&mut w).unwrap();
+    // In database 2 the bucket is empty when the token falls due, and full
+    // again about a second later; database 0 has no such bucket (a full
+    // one: 10 remaining, full now).
+    assert_eq!((reply[0], reply[1], reply[4]), (1, 0, 1), "{reply:?}");
+    assert!(reply[3] > 500, "{reply:?}");
+}
+
+#[test]
+fn a_waiter_whose_key_expired_is_answered_with_a_full_bucket() {
+    // The reply is read when it is sent, from a timer: a key that expired
+    // meanwhile reads as a full bucket, and the read changes nothing a
+    // replica or the AOF would not also see.
+    let m = Server::start_with(ServerConfig {
+        args: vec!["--appendonly".into(), "yes".into()],
+        ..ServerConfig::default()
+    });
+    let r = replica_of(&m, ServerConfig::default());
+    let mut c = m.conn();
+    assert_eq!(ints(&mut c, &["TB.CONSUME", "x", "5", "3", "3"])[0], 1);
+    let (mut w, _) = m.send(&["TB.CONSUME", "x", "5", "3", "1", "BLOCK", "5000"]);
+    m.wait_for("the waiter to block", Duration::from_secs(10), |c| {
+        info_tb(c)["tb_blocked_now"] == 1
+    });
+    let _: i64 = redis::cmd("PEXPIRE").arg("x").arg(1).query(&mut c).unwrap();
+    let reply = answer(&mut w).unwrap();
+    assert_eq!(
+        (reply[0], reply[1], reply[3], reply[4]),
+        (1, 3, 0, 1),
+        "{reply:?}"
+    );
+    // The expired key is gone (this read deletes it if nothing did yet),
+    // and the replica agrees.
+    let exists: i64 = redis::cmd("EXISTS").arg("x").query(&mut c).unwrap();
+    assert_eq!(exists, 0);
+    sync_replica(&mut c);
+    assert_eq!(dataset_digest(&mut c), dataset_digest(&mut r.conn()));
+    assert!(!m.log().contains("ASSERTION"), "{}", m.log());
 }
 
 #[test]
@@ -252,6 +310,30 @@ fn block_past_max_blocked_answers_like_reserve() {
 }
 
 #[test]
+fn a_wait_above_max_wait_ms_is_refused_naming_the_setting() {
+    let s = Server::start();
+    let mut c = s.conn();
+    config_set(&mut c, "tb.max-wait-ms", "5000");
+    let want = "ERR wait exceeds tb.max-wait-ms (5000)";
+    for args in [
+        &["TB.CONSUME", "w", "1", "1", "1", "BLOCK", "5001"][..],
+        &["TB.CONSUME", "w", "1", "1", "1", "RESERVE", "5001"],
+        &["TB.MCONSUME", "1", "w", "1", "1", "1", "RESERVE", "5001"],
+    ] {
+        assert_eq!(err(&mut c, args), want, "{args:?}");
+    }
+    assert!(
+        common::info(&mut c, "w").is_none(),
+        "the refusals created nothing"
+    );
+    let r = ints(
+        &mut c,
+        &["TB.CONSUME", "w", "1", "1", "1", "RESERVE", "5000"],
+    );
+    assert_eq!(r[0], 1, "a wait of exactly the setting is accepted");
+}
+
+#[test]
 fn block_inside_multi_or_script_is_a_clear_error() {
     let s = Server::start();
     let mut c = s.conn();
@@ -296,12 +378,8 @@ fn a_disconnected_waiter_keeps_its_reservation_and_the_server_is_unharmed() {
     ints(&mut c, &["TB.CONSUME", "d", "0.2", "1"]);
     // Send BLOCK on a raw socket and hang up while the server holds the reply.
     let mut gone = std::net::TcpStream::connect(s.addr()).unwrap();
-    let cmd = ["TB.CONSUME", "d", "0.2", "1", "1", "BLOCK", "10000"];
-    let mut wire = format!("*{}\r\n", cmd.len());
-    for a in cmd {
-        wire += &format!("${}\r\n{a}\r\n", a.len());
-    }
-    std::io::Write::write_all(&mut gone, wire.as_bytes()).unwrap();
+    let wire = resp(&["TB.CONSUME", "d", "0.2", "1", "1", "BLOCK", "10000"]);
+    std::io::Write::write_all(&mut gone, &wire).unwrap();
     s.wait_for("client blocked", Duration::from_secs(5), |c| {
         info_tb(c)["tb_blocked_now"] == 1
     });
@@ -309,7 +387,7 @@ fn a_disconnected_waiter_keeps_its_reservation_and_the_server_is_unharmed() {
     s.wait_for("waiter released", Duration::from_secs(5), |c| {
         info_tb(c)["tb_blocked_now"] == 0
     });
-    let tokens: f64 = info(&mut c, "d")["tokens"].parse().unwrap();
+    let tokens: f64 = state(&mut c, "d")["tokens"].parse().unwrap();
     // Still before the reservation fell due (the server's clock has moved no
     // more than ours): it stopped counting as blocked when the client left.
     assert!(
@@ -346,9 +424,8 @@ fn blocked_clients_with_a_replica_and_aof_stay_consistent() {
         .arg(1)
         .query(&mut c)
         .unwrap();
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut c).unwrap();
-    assert_eq!(acked, 1);
-    assert_eq!(digest(&mut c), digest(&mut r.conn()));
+    sync_replica(&mut c);
+    assert_eq!(dataset_digest(&mut c), dataset_digest(&mut r.conn()));
     assert!(!m.log().contains("ASSERTION"), "{}", m.log());
 }
 
@@ -442,7 +519,7 @@ fn refund_clamps_to_capacity_and_ignores_missing_keys() {
         .arg(500)
         .query(&mut c)
         .unwrap();
-    let tokens: f64 = info(&mut c, "llm")["tokens"].parse().unwrap();
+    let tokens: f64 = state(&mut c, "llm")["tokens"].parse().unwrap();
     assert!(
         (-300.0..-290.0).contains(&tokens),
         "1000 - 1000 - 800 + 500 + refill: {tokens}"
@@ -475,10 +552,10 @@ fn mconsume_is_all_or_nothing() {
         )
     };
     assert_eq!(call(&mut c, "600"), vec![1, 0, 2, 400]);
-    let d = digest(&mut c);
+    let d = dataset_digest(&mut c);
     // The token limit is short: neither bucket changes.
     assert_eq!(call(&mut c, "600"), vec![0, -1, 2, 400]);
-    assert_eq!(digest(&mut c), d, "a denial changes no bucket");
+    assert_eq!(dataset_digest(&mut c), d, "a denial changes no bucket");
     assert_eq!(call(&mut c, "400"), vec![1, 0, 1, 0]);
     let keys: Vec<String> = redis::cmd("COMMAND")
         .arg("GETKEYS")
@@ -622,7 +699,7 @@ fn cl_throttle_matches_redis_cell() {
     );
     assert_eq!(r[..4], [0, 10000, 0, -1]);
     // Same data type as TB.CONSUME.
-    let i = info(&mut c, "user123");
+    let i = state(&mut c, "user123");
     assert_eq!((i["capacity"].as_str(), i["rate"].as_str()), ("16", "0.5"));
     for (args, want) in [
         (vec!["CL.THROTTLE", "k", "15", "30"], "wrong number"),
@@ -676,7 +753,6 @@ fn every_new_command_replicates_exact_state() {
     ints(&mut c, &["CL.THROTTLE", "cell", "15", "30", "60", "3"]);
     let w = spawn_block(&m, "b", "5", 2000);
     assert_eq!(w.join().unwrap().0[0], 1);
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut c).unwrap();
-    assert_eq!(acked, 1);
-    assert_eq!(digest(&mut c), digest(&mut r.conn()));
+    sync_replica(&mut c);
+    assert_eq!(dataset_digest(&mut c), dataset_digest(&mut r.conn()));
 }

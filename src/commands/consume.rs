@@ -5,31 +5,60 @@
 //!
 //! Reply: `[allowed, remaining, retry_after_ms, reset_after_ms, granted]`.
 
-use crate::bucket::{self, Kind, Limits, Mode};
+use crate::bucket::{self, Kind, Mode};
+use crate::glue::command::{block, integer, key, one_of, pure_token, string, Access, Arity};
+use crate::glue::command::{Arg, Command, Keys, Spec};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
-use crate::glue::store::{self, BucketKey};
 use crate::glue::{blocking, clock, config, stats, top};
-use crate::parse::{self, Wait, ERR_CAPACITY, ERR_MIN};
+use crate::parse::{self, Wait};
+
+/// `TB.CONSUME`.
+pub struct Consume;
+
+impl Command for Consume {
+    const SPEC: &'static Spec = &Spec {
+        name: c"tb.consume",
+        run,
+        arity: Arity::AtLeast(4),
+        flags: c"write deny-oom fast",
+        keys: Keys::One(Access::Update),
+        acl: c"write fast",
+        summary: c"Takes n tokens (default 1) from a token bucket refilled at rate up to capacity",
+        args: &[
+            key(c"key"),
+            string(c"rate"),
+            integer(c"capacity"),
+            integer(c"n").optional(),
+            one_of(
+                c"wait",
+                &[
+                    integer(c"reserve-ms").token(c"RESERVE"),
+                    integer(c"block-ms").token(c"BLOCK"),
+                ],
+            )
+            .optional(),
+            block(c"atmost", ATMOST_ARGS).optional(),
+        ],
+    };
+}
+
+/// `ATMOST [MIN chunk]` in the docs of both consume commands: a partial
+/// grant, of at least `chunk` tokens.
+pub const ATMOST_ARGS: &[Arg] = &[
+    pure_token(c"atmost", c"ATMOST"),
+    integer(c"chunk").token(c"MIN").optional(),
+];
 
 const ERR_CANNOT_BLOCK: &str =
     "ERR BLOCK cannot wait inside MULTI, a script, or on a client that cannot block: use RESERVE and wait on the client";
 
-/// Handler of `TB.CONSUME`.
-pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
-    if args.len() < 4 {
-        return Err(CmdError::WrongArity);
-    }
-    let limits = Limits {
-        rate: parse::rate(args.bytes(2))?,
-        capacity: parse::amount(args.bytes(3), ERR_CAPACITY)?,
-    };
-    let opts = parse::consume_options((4..args.len()).map(|i| args.bytes(i)))?;
-    let min = opts.min.unwrap_or(1);
-    if opts.min.is_some_and(|c| c > limits.capacity) {
-        return Err(ERR_MIN.into());
-    }
+fn run(ctx: &Ctx, args: &Args) -> CmdResult {
+    let a = parse::consume_args(args)?;
+    let opts = a.options;
     let mode = match opts.wait {
-        Wait::No if opts.atmost => Mode::AtMost { min },
+        Wait::No if opts.atmost => Mode::AtMost {
+            min: opts.min.unwrap_or(1),
+        },
         Wait::No => Mode::All,
         Wait::Reserve(ms) | Wait::Block(ms) => {
             let max = config::max_wait_ms();
@@ -42,15 +71,14 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         }
     };
     let block = matches!(opts.wait, Wait::Block(_));
-    if block && !blocking::can_block(ctx.raw) {
+    if block && !blocking::can_block(ctx) {
         return Err(ERR_CANNOT_BLOCK.into());
     }
     let now = clock::now_us();
-    let key = BucketKey::open(ctx.raw, args.raw(1), true);
-    let stored = key.get()?;
-    let o = bucket::consume(stored.as_ref(), limits, opts.n, mode, now);
+    let key = ctx.open_bucket(args.key(1))?;
+    let o = bucket::consume(key.stored().as_ref(), a.limits, opts.n, mode, now);
     if o.dirty {
-        store::commit(ctx.raw, &key, &o.bucket);
+        key.commit(&o.bucket);
     }
     drop(key);
     stats::record(&o, opts.n);
@@ -62,17 +90,12 @@ pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         o.reset_after_ms,
         o.granted as i64,
     ];
-    if block && o.kind == Kind::Reserved && blocking::has_room() {
-        let due = [
-            1,
-            0,
-            0,
-            (o.reset_after_ms - o.retry_after_ms).max(0),
-            o.granted as i64,
-        ];
-        if blocking::block_for(ctx.raw, o.retry_after_ms, due) {
-            return Ok(());
-        }
+    if block
+        && o.kind == Kind::Reserved
+        && blocking::has_room(ctx)
+        && blocking::block_for(ctx, o.retry_after_ms, args.key(1), a.limits, o.granted)
+    {
+        return Ok(());
     }
     ctx.reply().ints(&reply);
     Ok(())

@@ -1,21 +1,36 @@
-//! `TB.INFO key`: the bucket's state as of now, read-only (runs on replicas).
+//! `TB.INFO key`: the bucket's state as of now, read-only (runs on replicas,
+//! and for ACL users with read-only key patterns).
 //!
 //! Reply: a flat field/value array (`tokens`, `capacity`, `rate`,
 //! `updated_at_ms`, `reset_after_ms`, `ttl_ms`), or nil for a missing key.
 
 use crate::glue::clock;
-use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
-use crate::glue::store::BucketKey;
+use crate::glue::command::{key, Access, Arity, Command, Keys, Spec};
+use crate::glue::entry::{Args, CmdResult, Ctx};
+use crate::parse;
 
-/// Handler of `TB.INFO`.
-pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
-    if args.len() != 2 {
-        return Err(CmdError::WrongArity);
-    }
+/// `TB.INFO`.
+pub struct Info;
+
+impl Command for Info {
+    const SPEC: &'static Spec = &Spec {
+        name: c"tb.info",
+        run,
+        arity: Arity::Exactly(2),
+        flags: c"readonly fast",
+        keys: Keys::One(Access::Read),
+        acl: c"read fast",
+        summary: c"Shows a bucket's tokens, limits and expiry as of now, without writing",
+        args: &[key(c"key")],
+    };
+}
+
+fn run(ctx: &Ctx, args: &Args) -> CmdResult {
+    parse::info_args(args)?;
     let now = clock::now_us();
-    let key = BucketKey::open(ctx.raw, args.raw(1), false);
+    let key = ctx.read_bucket(args.key(1))?;
     let r = ctx.reply();
-    let Some(stored) = key.get()? else {
+    let Some(stored) = key.stored() else {
         r.null();
         return Ok(());
     };

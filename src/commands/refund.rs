@@ -5,26 +5,37 @@
 //! Reply: the whole tokens remaining, or nil for a missing key.
 
 use crate::bucket;
-use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
-use crate::glue::store::{self, BucketKey};
+use crate::glue::command::{integer, key, Access, Arity, Command, Keys, Spec};
+use crate::glue::entry::{Args, CmdResult, Ctx};
 use crate::glue::{clock, stats};
-use crate::parse::{self, ERR_N};
+use crate::parse;
 
-/// Handler of `TB.REFUND`.
-pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
-    if args.len() != 3 {
-        return Err(CmdError::WrongArity);
-    }
-    let n = parse::amount(args.bytes(2), ERR_N)?;
+/// `TB.REFUND`.
+pub struct Refund;
+
+impl Command for Refund {
+    const SPEC: &'static Spec = &Spec {
+        name: c"tb.refund",
+        run,
+        arity: Arity::Exactly(3),
+        flags: c"write deny-oom fast",
+        keys: Keys::One(Access::Update),
+        acl: c"write fast",
+        summary: c"Gives n tokens back to a bucket, never above its capacity",
+        args: &[key(c"key"), integer(c"n")],
+    };
+}
+
+fn run(ctx: &Ctx, args: &Args) -> CmdResult {
+    let n = parse::refund_args(args)?;
     let now = clock::now_us();
-    let key = BucketKey::open(ctx.raw, args.raw(1), true);
-    let stored = key.get()?;
-    let Some(b) = bucket::refund(stored.as_ref(), n, now) else {
+    let key = ctx.open_bucket(args.key(1))?;
+    let Some(b) = bucket::refund(key.stored().as_ref(), n, now) else {
         ctx.reply().null();
         return Ok(());
     };
     if n > 0 {
-        store::commit(ctx.raw, &key, &b);
+        key.commit(&b);
         stats::REFUNDS.add(1);
     }
     ctx.reply().int(b.whole_tokens(now) as i64);

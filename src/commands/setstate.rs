@@ -1,59 +1,70 @@
-//! `TB.SETSTATE key state` or `TB.SETSTATE key tokens updated_us rate_num
-//! rate_den capacity expire_at_ms`: internal. Sets a bucket's absolute state;
-//! this is what replicas and the AOF receive instead of `TB.CONSUME`, so they
-//! never re-run a clock-dependent command. Deterministic: it reads no clock.
+//! `TB.SETSTATE key state`, `TB.SETSTATE key tokens updated_us rate_num
+//! rate_den capacity expire_at_ms` or `TB.SETSTATE key DEL`: internal. Sets
+//! a bucket's absolute state, or deletes it; this is what replicas and the
+//! AOF receive instead of `TB.CONSUME`, so they never re-run a
+//! clock-dependent command. Deterministic: it reads no clock.
 //!
 //! Replication and AOF rewrite send the compact binary `state`
 //! ([`crate::codec::wire`], recognised by its first byte); the decimal form,
 //! with `expire_at_ms` 0 for no expiry, is accepted too, for people and tools.
+//! A write that leaves a bucket full deletes its key and replicates `key
+//! DEL`: the module's own command, which `rename-command` cannot take away
+//! as it can `DEL`. The deletion form removes a bucket, never other data
+//! (WRONGTYPE), and does nothing to a missing key.
 
-use redis_module::raw;
+use crate::glue::command::{
+    block, integer, key, one_of, pure_token, string, Access, Arity, Command,
+};
+use crate::glue::command::{Keys, Spec};
+use crate::glue::entry::{Args, CmdResult, Ctx};
+use crate::parse::{self, SetStateArgs};
 
-use crate::bucket::{Bucket, Rate};
-use crate::codec::wire;
-use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
-use crate::glue::store::BucketKey;
-use crate::parse;
+/// `TB.SETSTATE`.
+pub struct SetState;
 
-const ERR_STATE: &str = "ERR invalid bucket state for TB.SETSTATE";
-
-/// Handler of `TB.SETSTATE`.
-pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
-    let (b, at_ms) = match args.len() {
-        3 => wire::decode(args.bytes(2)).ok_or(ERR_STATE)?,
-        8 => decimal_state(args)?,
-        _ => return Err(CmdError::WrongArity),
+impl Command for SetState {
+    const SPEC: &'static Spec = &Spec {
+        name: c"tb.setstate",
+        run,
+        arity: Arity::AtLeast(3),
+        flags: c"write deny-oom fast",
+        keys: Keys::One(Access::Overwrite),
+        acl: c"write fast dangerous",
+        summary: c"Internal: sets a bucket's absolute state (what replicas and the AOF receive)",
+        args: &[
+            key(c"key"),
+            one_of(
+                c"state",
+                &[
+                    pure_token(c"delete", c"DEL"),
+                    string(c"compact_state"),
+                    block(
+                        c"decimal_state",
+                        &[
+                            integer(c"tokens_nanos"),
+                            integer(c"updated_us"),
+                            integer(c"rate_num"),
+                            integer(c"rate_den"),
+                            integer(c"capacity"),
+                            integer(c"expire_at_ms"),
+                        ],
+                    ),
+                ],
+            ),
+        ],
     };
-    let key = BucketKey::open(ctx.raw, args.raw(1), true);
-    key.get()?;
-    key.put(&b);
-    key.set_expire_at(at_ms);
-    // SAFETY: ctx and the key name are live for this command.
-    unsafe {
-        raw::RedisModule_SignalModifiedKey.unwrap()(ctx.raw, args.raw(1));
-        raw::RedisModule_ReplicateVerbatim.unwrap()(ctx.raw);
+}
+
+fn run(ctx: &Ctx, args: &Args) -> CmdResult {
+    let a = parse::setstate_args(args)?;
+    let key = ctx.open_bucket(args.key(1))?;
+    match a {
+        SetStateArgs::State {
+            bucket,
+            expire_at_ms,
+        } => key.set_state(&bucket, expire_at_ms),
+        SetStateArgs::Delete => key.delete_state(),
     }
     ctx.reply().ok();
     Ok(())
-}
-
-/// The bucket and absolute expiry of the decimal form.
-fn decimal_state(args: &Args) -> Result<(Bucket, i64), CmdError> {
-    let num = |i: usize| parse::signed(args.bytes(i), ERR_STATE);
-    let (tokens, updated, rnum, rden, cap, at) =
-        (num(2)?, num(3)?, num(4)?, num(5)?, num(6)?, num(7)?);
-    let in_i64 = |v: i128| i64::try_from(v).map_err(|_| ERR_STATE);
-    let in_u64 = |v: i128| u64::try_from(v).map_err(|_| ERR_STATE);
-    let rate = Rate::new(in_u64(rnum)? as u128, in_u64(rden)? as u128).ok_or(ERR_STATE)?;
-    let b = Bucket {
-        tokens,
-        updated_us: in_i64(updated)?,
-        rate,
-        capacity: in_u64(cap)?,
-    };
-    let at_ms = in_i64(at)?;
-    if !b.is_valid() || at_ms < 0 {
-        return Err(ERR_STATE.into());
-    }
-    Ok((b, at_ms))
 }

@@ -15,14 +15,40 @@
 //! `error` is at most `error_bound`, and a key not listed has at most
 //! `error_bound`. Decimal figures are strings rounded to three decimals.
 
+use crate::glue::command::{integer, one_of, pure_token, Arity, Command, Keys, Spec};
 use crate::glue::entry::{Args, CmdResult, Ctx};
 use crate::glue::{clock, top};
 use crate::parse::{self, TopMetric};
 
+/// `TB.TOP`.
+pub struct Top;
+
+impl Command for Top {
+    const SPEC: &'static Spec = &Spec {
+        name: c"tb.top",
+        run,
+        arity: Arity::AtLeast(1),
+        flags: c"readonly allow-stale allow-loading",
+        keys: Keys::None,
+        acl: c"read slow",
+        summary: c"Lists the keys this node denied most, or made wait longest, recently",
+        args: &[
+            one_of(
+                c"metric",
+                &[
+                    pure_token(c"denied", c"DENIED"),
+                    pure_token(c"waits", c"WAITS"),
+                ],
+            )
+            .optional(),
+            integer(c"count").token(c"COUNT").optional(),
+        ],
+    };
+}
+
 const ERR_COUNT: &str = "ERR COUNT must be an integer from 0 to 256";
 
-/// Handler of `TB.TOP`.
-pub fn run(ctx: &Ctx, args: &Args) -> CmdResult {
+fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let opts = parse::top_options(
         (1..args.len()).map(|i| args.bytes(i)),
         top::CAPACITY as u64,

@@ -1,15 +1,21 @@
-//! Entry points: the only place Redis calls into command code.
+//! What a command handler sees of one call: its context ([`Ctx`]), its
+//! arguments ([`Args`], [`KeyName`]) and its error type ([`CmdError`]).
 //!
-//! Every command goes through [`run`], which catches unwinding so that no
-//! panic ever crosses into Redis (that would abort the server), and turns
-//! errors into error replies.
+//! Each borrows Redis' objects for the call only (the lifetime `'a`) and
+//! keeps the raw pointer private to the glue, so `commands/` holds no raw
+//! pointer and needs no `unsafe`. [`super::command`] creates them, runs the
+//! handler and turns its errors (and panics) into error replies.
 
-use std::os::raw::c_int;
+use std::cell::Cell;
+use std::ffi::CStr;
+use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::NonNull;
 
 use redis_module::raw;
 
 use super::reply::Replier;
+use crate::parse::{self, ArgsError};
 
 /// A command failure, sent to the client as an error reply. Handlers return
 /// it before changing anything.
@@ -31,103 +37,165 @@ impl From<&'static str> for CmdError {
     }
 }
 
+impl From<ArgsError> for CmdError {
+    fn from(e: ArgsError) -> Self {
+        match e {
+            ArgsError::Invalid(m) => CmdError::Msg(m),
+            ArgsError::WrongArity => CmdError::WrongArity,
+        }
+    }
+}
+
 /// Result of a command handler: it has replied when `Ok`.
 pub type CmdResult = Result<(), CmdError>;
 
-/// A command's arguments, borrowed from Redis for the duration of one call.
-pub struct Args<'a> {
-    argv: &'a [*mut raw::RedisModuleString],
+/// A key name among a call's arguments.
+#[derive(Clone, Copy)]
+pub struct KeyName<'a> {
+    ptr: NonNull<raw::RedisModuleString>,
+    _call: PhantomData<&'a raw::RedisModuleString>,
 }
 
-impl Args<'_> {
+impl KeyName<'_> {
+    /// A key name held by the glue beyond a call (see `blocking`).
+    ///
+    /// # Safety
+    /// `ptr` must stay a live string for the lifetime of the result.
+    pub(super) unsafe fn from_raw(ptr: NonNull<raw::RedisModuleString>) -> Self {
+        KeyName {
+            ptr,
+            _call: PhantomData,
+        }
+    }
+
+    /// The Redis string, for the glue's API calls.
+    pub(super) fn as_ptr(&self) -> *mut raw::RedisModuleString {
+        self.ptr.as_ptr()
+    }
+}
+
+/// The bytes of a live Redis string.
+#[inline]
+fn string_bytes<'a>(s: NonNull<raw::RedisModuleString>) -> &'a [u8] {
+    let mut len = 0;
+    let ptr = raw::string_ptr_len(s.as_ptr(), &mut len);
+    if ptr.is_null() || len == 0 {
+        return &[];
+    }
+    // SAFETY: Redis keeps the string, and so its buffer of `len` bytes,
+    // alive and unchanged for the whole call; callers tie `'a` to the call.
+    unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
+}
+
+/// A call's arguments, the command name at 0.
+pub struct Args<'a> {
+    argv: &'a [NonNull<raw::RedisModuleString>],
+}
+
+impl<'a> Args<'a> {
+    /// Wraps the argv Redis passed to a command.
+    ///
+    /// # Safety
+    /// `argv` must point to `argc` live strings that outlive `'a`.
+    pub(super) unsafe fn new(argv: *mut *mut raw::RedisModuleString, argc: i32) -> Args<'a> {
+        let argv = if argv.is_null() || argc <= 0 {
+            &[][..]
+        } else {
+            // SAFETY: the caller guarantees `argc` valid string pointers;
+            // NonNull has the layout of a raw pointer, and Redis never
+            // passes a null argument.
+            unsafe { std::slice::from_raw_parts(argv.cast(), argc as usize) }
+        };
+        Args { argv }
+    }
+
     /// Number of arguments, the command name included.
     pub fn len(&self) -> usize {
         self.argv.len()
     }
 
     /// Argument `i` as bytes (any bytes, not necessarily UTF-8).
-    pub fn bytes(&self, i: usize) -> &[u8] {
-        let mut len = 0;
-        let ptr = raw::string_ptr_len(self.argv[i], &mut len);
-        // SAFETY: Redis guarantees argv strings are valid for `len` bytes while
-        // the command runs, and the returned slice does not outlive `self`.
-        unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
+    #[inline]
+    pub fn bytes(&self, i: usize) -> &'a [u8] {
+        string_bytes(self.argv[i])
     }
 
-    /// Argument `i` as the Redis string object (for key names).
-    pub fn raw(&self, i: usize) -> *mut raw::RedisModuleString {
-        self.argv[i]
-    }
-}
-
-/// The context a handler works in.
-pub struct Ctx {
-    /// Raw context pointer for this call.
-    pub raw: *mut raw::RedisModuleCtx,
-}
-
-impl Ctx {
-    /// The replier for this call.
-    pub fn reply(&self) -> Replier {
-        Replier(self.raw)
-    }
-}
-
-/// A command implementation.
-pub type Handler = fn(&Ctx, &Args) -> CmdResult;
-
-/// Runs `handler` for one call from Redis, catching any panic.
-pub fn run(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-    handler: Handler,
-) -> c_int {
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
-        let argv = if argv.is_null() || argc <= 0 {
-            &[][..]
-        } else {
-            // SAFETY: Redis passes `argc` valid string pointers in `argv` for
-            // the duration of the call.
-            unsafe { std::slice::from_raw_parts(argv, argc as usize) }
-        };
-        handler(&Ctx { raw: ctx }, &Args { argv })
-    }));
-    let replier = Replier(ctx);
-    match outcome {
-        Ok(Ok(())) => {}
-        Ok(Err(CmdError::Msg(m))) => replier.error(m),
-        Ok(Err(CmdError::Owned(m))) => replier.error(&m),
-        Ok(Err(CmdError::WrongArity)) => {
-            // SAFETY: ctx is the live context of this call.
-            unsafe { raw::RedisModule_WrongArity.unwrap()(ctx) };
+    /// Argument `i` as a key name.
+    pub fn key(&self, i: usize) -> KeyName<'a> {
+        KeyName {
+            ptr: self.argv[i],
+            _call: PhantomData,
         }
-        Ok(Err(CmdError::WrongType)) => {
-            replier.error("WRONGTYPE Operation against a key holding the wrong kind of value")
-        }
-        Err(_) => replier.error("ERR tb: internal error; the command had no effect"),
     }
-    raw::Status::Ok as c_int
+}
+
+impl<'a> parse::Argv<'a> for Args<'a> {
+    #[inline]
+    fn count(&self) -> usize {
+        self.len()
+    }
+
+    #[inline]
+    fn arg(&self, i: usize) -> &'a [u8] {
+        self.bytes(i)
+    }
+}
+
+/// The context of one call: what a handler may do with Redis.
+pub struct Ctx<'a> {
+    ptr: NonNull<raw::RedisModuleCtx>,
+    /// The command's name: the event of its keyspace notifications.
+    event: &'static CStr,
+    /// Set before the call changes anything (see [`Ctx::may_have_effects`]).
+    effects: Cell<bool>,
+    _call: PhantomData<&'a mut raw::RedisModuleCtx>,
+}
+
+impl<'a> Ctx<'a> {
+    /// Wraps the context Redis passed to the command named `event` (or to a
+    /// callback on that command's behalf).
+    ///
+    /// # Safety
+    /// `ptr` must be the live context of the current call, valid for `'a`.
+    pub(super) unsafe fn new(ptr: NonNull<raw::RedisModuleCtx>, event: &'static CStr) -> Self {
+        Ctx {
+            ptr,
+            event,
+            effects: Cell::new(false),
+            _call: PhantomData,
+        }
+    }
+
+    /// The raw context, for the glue's API calls.
+    pub(super) fn as_ptr(&self) -> *mut raw::RedisModuleCtx {
+        self.ptr.as_ptr()
+    }
+
+    /// The event name of the call's keyspace notifications: its command's
+    /// name.
+    pub(super) fn event(&self) -> &'static CStr {
+        self.event
+    }
+
+    /// Records that the call is about to change data (or replicate); glue
+    /// calls it before every write.
+    pub(super) fn mark_effects(&self) {
+        self.effects.set(true);
+    }
+
+    /// Whether the call may have changed data.
+    pub(super) fn may_have_effects(&self) -> bool {
+        self.effects.get()
+    }
+
+    /// Replies to the caller.
+    pub fn reply(&self) -> Replier<'_> {
+        Replier::new(self)
+    }
 }
 
 /// Runs `f` for a Redis callback that has no client to reply to, catching any
 /// panic; returns `fallback` if it panicked.
 pub fn guard<T>(fallback: T, f: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
-}
-
-/// Declares an `extern "C"` command entry point that runs a handler through
-/// [`run`].
-#[macro_export]
-macro_rules! command_entry {
-    ($name:ident, $handler:path) => {
-        /// Redis entry point (see [`crate::glue::entry::run`]).
-        pub extern "C" fn $name(
-            ctx: *mut redis_module::raw::RedisModuleCtx,
-            argv: *mut *mut redis_module::raw::RedisModuleString,
-            argc: std::os::raw::c_int,
-        ) -> std::os::raw::c_int {
-            $crate::glue::entry::run(ctx, argv, argc, $handler)
-        }
-    };
 }

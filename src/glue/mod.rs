@@ -3,6 +3,7 @@
 
 pub mod blocking;
 pub mod clock;
+pub mod command;
 pub mod config;
 pub mod datatype;
 pub mod entry;

@@ -1,14 +1,21 @@
-//! Key access and the write path: store a bucket, set its expiry, replicate
-//! the resulting state.
+//! Key access and the write path: open a bucket's key (checking its type),
+//! store a bucket, set its expiry, replicate the resulting state.
+//!
+//! Safe by construction: a [`BucketKey`] exists only after its key was
+//! found to hold a bucket or nothing ([`Ctx::open_bucket`],
+//! [`Ctx::read_bucket`]), and only a `BucketKey<Write>` has the methods
+//! that change it, so writing a key whose type was not checked, or one
+//! opened for reading, does not compile.
 
 use std::cell::Cell;
+use std::marker::PhantomData;
 use std::os::raw::{c_longlong, c_void};
 
 use redis_module::raw;
 
 use super::config;
 use super::datatype::{self, tb_type};
-use super::entry::CmdError;
+use super::entry::{CmdError, Ctx, KeyName};
 use crate::bucket::{Bucket, Expiry};
 use crate::codec::wire;
 
@@ -16,44 +23,135 @@ use crate::codec::wire;
 /// what replicas and the AOF receive instead of the client's command.
 pub const SETSTATE: &std::ffi::CStr = c"TB.SETSTATE";
 
-/// An open key, closed on drop. One lookup serves the whole command.
-pub struct BucketKey {
+/// Marker of a key opened for reading only.
+pub enum Read {}
+/// Marker of a key opened for reading and writing.
+pub enum Write {}
+
+/// An open key holding a bucket or nothing (checked when it was opened),
+/// closed on drop. One lookup serves the whole command.
+pub struct BucketKey<'c, M> {
+    ctx: &'c Ctx<'c>,
+    /// The open key; NULL for a missing key opened read-only (which Redis
+    /// treats as an empty key everywhere below).
     key: *mut raw::RedisModuleKey,
-    name: *mut raw::RedisModuleString,
-    /// The stored value found by [`BucketKey::get`] (null if none), so that
-    /// [`BucketKey::put`] writes it in place without asking Redis again.
+    name: KeyName<'c>,
+    /// The bucket found when the key was opened.
+    stored: Option<Bucket>,
+    /// The stored value found when the key was opened (null if none), so
+    /// that [`BucketKey::put`] writes it in place without asking Redis again.
     value: Cell<*mut c_void>,
+    _mode: PhantomData<M>,
 }
 
-impl BucketKey {
-    /// Opens `name` for reading, or for reading and writing.
-    pub fn open(
-        ctx: *mut raw::RedisModuleCtx,
-        name: *mut raw::RedisModuleString,
-        write: bool,
-    ) -> Self {
+/// Redis' reply to a write past `maxmemory`.
+const ERR_OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+
+impl<'a> Ctx<'a> {
+    /// Opens `name` for writing. WRONGTYPE if it holds something other than
+    /// a bucket; OOM if it holds nothing and the server is past `maxmemory`
+    /// (see [`Ctx::refuses_new_buckets`]); nothing has changed then.
+    #[inline]
+    pub fn open_bucket<'c>(&'c self, name: KeyName<'c>) -> Result<BucketKey<'c, Write>, CmdError> {
+        let key = BucketKey::open(self, name, true)?;
+        if key.stored.is_none() && self.refuses_new_buckets() {
+            return Err(ERR_OOM.into());
+        }
+        Ok(key)
+    }
+
+    /// Whether a new bucket would take memory past `maxmemory`. Redis
+    /// refuses TB writes (`deny-oom`) then, but lets scripts and functions
+    /// flagged `allow-oom` run them; this keeps those from creating buckets
+    /// too, so no client path grows the buckets past `maxmemory`. Writes
+    /// from the master and AOF loading are exempt, as Redis exempts them
+    /// (`replica-ignore-maxmemory`). Asked only when a key is missing.
+    fn refuses_new_buckets(&self) -> bool {
+        // The cheap question first: used / maxmemory (0 without a limit)
+        // rounds to at least 1 whenever used memory is at or past the limit.
+        // SAFETY: the API pointers are set by RedisModule_Init; ctx is live.
+        if unsafe { raw::RedisModule_GetUsedMemoryRatio.unwrap()() } < 1.0 {
+            return false;
+        }
+        // SAFETY: ctx is the live context of this call.
+        let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(self.as_ptr()) } as u32;
+        let exempt = raw::REDISMODULE_CTX_FLAGS_REPLICATED
+            | raw::REDISMODULE_CTX_FLAGS_LOADING
+            | raw::REDISMODULE_CTX_FLAGS_ASYNC_LOADING;
+        flags & raw::REDISMODULE_CTX_FLAGS_OOM != 0 && flags & exempt == 0
+    }
+
+    /// Opens `name` for reading. WRONGTYPE if it holds something other than
+    /// a bucket.
+    pub fn read_bucket<'c>(&'c self, name: KeyName<'c>) -> Result<BucketKey<'c, Read>, CmdError> {
+        BucketKey::open(self, name, false)
+    }
+
+    /// Opens `name` for reading from a callback, without touching it: no
+    /// LRU/LFU update and, where the server has the flag (7.2+), no lazy
+    /// deletion of an expired key (an expired bucket reads as what it is
+    /// then, a full one), so such a read changes and propagates nothing.
+    pub(super) fn peek_bucket<'c>(
+        &'c self,
+        name: KeyName<'c>,
+    ) -> Result<BucketKey<'c, Read>, CmdError> {
+        // SAFETY: the API pointers are set by RedisModule_Init; main thread;
+        // GetOpenKeyModesAll takes no argument.
+        let supported = unsafe { raw::RedisModule_GetOpenKeyModesAll.map_or(0, |all| all()) };
+        let quiet = (raw::REDISMODULE_OPEN_KEY_NOTOUCH | raw::REDISMODULE_OPEN_KEY_NOEXPIRE) as i32;
+        BucketKey::open_with(self, name, raw::KeyMode::READ.bits() | (quiet & supported))
+    }
+}
+
+impl<'c, M> BucketKey<'c, M> {
+    /// Opens the key and checks its type (closing it again on WRONGTYPE).
+    #[inline]
+    fn open(ctx: &'c Ctx<'c>, name: KeyName<'c>, write: bool) -> Result<Self, CmdError> {
         let mode = if write {
             raw::KeyMode::READ | raw::KeyMode::WRITE
         } else {
             raw::KeyMode::READ
         };
-        // SAFETY: ctx and name are live for this command; the key is closed in Drop.
-        let key = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx, name, mode.bits()) }.cast();
-        BucketKey {
-            key,
-            name,
-            value: Cell::new(std::ptr::null_mut()),
-        }
+        Self::open_with(ctx, name, mode.bits())
     }
 
-    /// The key's name.
-    pub fn name(&self) -> *mut raw::RedisModuleString {
-        self.name
+    /// [`BucketKey::open`] with RedisModule_OpenKey's mode bits.
+    #[inline]
+    fn open_with(ctx: &'c Ctx<'c>, name: KeyName<'c>, mode: i32) -> Result<Self, CmdError> {
+        // SAFETY: ctx and name are live for this call; the key is closed in Drop.
+        let key =
+            unsafe { raw::RedisModule_OpenKey.unwrap()(ctx.as_ptr(), name.as_ptr(), mode) }.cast();
+        let mut k = BucketKey {
+            ctx,
+            key,
+            name,
+            stored: None,
+            value: Cell::new(std::ptr::null_mut()),
+            _mode: PhantomData,
+        };
+        k.stored = k.get()?;
+        Ok(k)
+    }
+
+    /// The bucket the key held when it was opened (`None`: no key).
+    pub fn stored(&self) -> Option<Bucket> {
+        self.stored
+    }
+
+    /// Milliseconds until the key expires, or -1 without expiry.
+    pub fn ttl_ms(&self) -> i64 {
+        // SAFETY: self.key is an open key (or NULL, which Redis accepts).
+        let ttl = unsafe { raw::RedisModule_GetExpire.unwrap()(self.key) };
+        if ttl == raw::REDISMODULE_NO_EXPIRE as c_longlong {
+            -1
+        } else {
+            ttl
+        }
     }
 
     /// The bucket stored under this key: `None` for a missing key, WRONGTYPE
     /// for a key of another type.
-    pub fn get(&self) -> Result<Option<Bucket>, CmdError> {
+    fn get(&self) -> Result<Option<Bucket>, CmdError> {
         let found = self.value_ptr()?;
         self.value.set(found.unwrap_or(std::ptr::null_mut()));
         // SAFETY: a non-null value of our type is a live value of datatype.rs.
@@ -77,15 +175,77 @@ impl BucketKey {
             Ok((!value.is_null()).then_some(value))
         }
     }
+}
 
-    /// Stores `b`, in place when [`BucketKey::get`] found a bucket whose
-    /// value has the form `b` takes (packed or wide), else as a new value
-    /// that replaces the old one (keeping the key's expiry). The caller has
-    /// checked the key's type with `get` first.
-    pub fn put(&self, b: &Bucket) {
+impl<'c> BucketKey<'c, Write> {
+    /// Writes `b` and replicates the resulting absolute state, so replicas
+    /// and the AOF never re-run a clock-dependent command. A bucket that is
+    /// full is deleted instead (a missing key reads as a full bucket).
+    pub fn commit(&self, b: &Bucket) {
+        self.ctx.mark_effects();
+        let deleted = match expire_at_ms(b) {
+            None => {
+                self.delete();
+                // Not as DEL: rename-command can rename DEL away, and then
+                // RedisModule_Replicate finds no such command and sends
+                // nothing. SETSTATE is ours and cannot be renamed.
+                // SAFETY: ctx and the key name are live; the format string
+                // matches the arguments: s = RedisModuleString*, c = C string.
+                unsafe {
+                    raw::RedisModule_Replicate.unwrap()(
+                        self.ctx.as_ptr(),
+                        SETSTATE.as_ptr(),
+                        c"sc".as_ptr(),
+                        self.name.as_ptr(),
+                        c"DEL".as_ptr(),
+                    )
+                };
+                true
+            }
+            Some(at_ms) => {
+                self.put(b);
+                self.set_expire_at(at_ms);
+                self.replicate_state(b, at_ms);
+                false
+            }
+        };
+        self.signal_modified();
+        self.notify_written(deleted && self.stored.is_some());
+    }
+
+    /// Stores `b` with the absolute expiry `at_ms` (0: none) exactly as
+    /// given (TB.SETSTATE), and replicates the command as it came: it is
+    /// deterministic.
+    pub fn set_state(&self, b: &Bucket, at_ms: i64) {
+        self.ctx.mark_effects();
+        self.put(b);
+        self.set_expire_at(at_ms);
+        self.signal_modified();
+        self.notify_written(false);
+        // SAFETY: ctx is the live context of this call.
+        unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(self.ctx.as_ptr()) };
+    }
+
+    /// Deletes the bucket (TB.SETSTATE's deletion form; nothing if there is
+    /// none), and replicates the command as it came.
+    pub fn delete_state(&self) {
+        self.ctx.mark_effects();
+        if self.stored.is_some() {
+            self.delete();
+            self.signal_modified();
+            self.notify_written(true);
+        }
+        // SAFETY: ctx is the live context of this call.
+        unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(self.ctx.as_ptr()) };
+    }
+
+    /// Stores `b`, in place when the key held a bucket whose value has the
+    /// form `b` takes (packed or wide), else as a new value that replaces
+    /// the old one (keeping the key's expiry).
+    fn put(&self, b: &Bucket) {
         let existing = self.value.get();
-        // SAFETY: `get` found this live value under the still-open key, and
-        // no reference to it is held.
+        // SAFETY: the key was opened with this value under it, still open,
+        // and no reference to the value is held.
         if !existing.is_null() && unsafe { datatype::write_value(existing, b) } {
             return;
         }
@@ -118,19 +278,8 @@ impl BucketKey {
         }
     }
 
-    /// Milliseconds until the key expires, or -1 without expiry.
-    pub fn ttl_ms(&self) -> i64 {
-        // SAFETY: self.key is an open key.
-        let ttl = unsafe { raw::RedisModule_GetExpire.unwrap()(self.key) };
-        if ttl == raw::REDISMODULE_NO_EXPIRE as c_longlong {
-            -1
-        } else {
-            ttl
-        }
-    }
-
     /// Sets the absolute expiry in ms, or removes it for 0.
-    pub fn set_expire_at(&self, at_ms: i64) {
+    fn set_expire_at(&self, at_ms: i64) {
         // SAFETY: self.key is open for writing and holds a value.
         unsafe {
             if at_ms > 0 {
@@ -150,11 +299,63 @@ impl BucketKey {
         // SAFETY: self.key is open for writing.
         unsafe { raw::RedisModule_DeleteKey.unwrap()(self.key) };
     }
+
+    /// Tells Redis the key changed (WATCH, client-side caching).
+    fn signal_modified(&self) {
+        // SAFETY: ctx and the key name are live for this call.
+        unsafe {
+            raw::RedisModule_SignalModifiedKey.unwrap()(self.ctx.as_ptr(), self.name.as_ptr())
+        };
+    }
+
+    /// Publishes the keyspace notifications of a write: the command's own
+    /// event (module class, `d`), and `del` (generic class, `g`) when the
+    /// write deleted the key, as Redis' own commands do when they remove a
+    /// key. Costs a function call and a flag test when notifications are
+    /// off. (Redis publishes `expired` itself when a bucket's key expires.)
+    fn notify_written(&self, deleted: bool) {
+        // SAFETY: ctx and the key name are live; the event names are
+        // NUL-terminated.
+        unsafe {
+            let notify = raw::RedisModule_NotifyKeyspaceEvent.unwrap();
+            let (ctx, key) = (self.ctx.as_ptr(), self.name.as_ptr());
+            notify(
+                ctx,
+                raw::REDISMODULE_NOTIFY_MODULE,
+                self.ctx.event().as_ptr(),
+                key,
+            );
+            if deleted {
+                notify(ctx, raw::REDISMODULE_NOTIFY_GENERIC, c"del".as_ptr(), key);
+            }
+        }
+    }
+
+    /// Replicates `TB.SETSTATE key state`, with the state in its compact
+    /// binary form ([`wire`]): about a third of the bytes of the decimal
+    /// form, and one string object for Redis to build instead of six.
+    fn replicate_state(&self, b: &Bucket, at_ms: i64) {
+        let mut buf = [0u8; wire::MAX_LEN];
+        let len = wire::encode(b, at_ms, &mut buf);
+        // SAFETY: ctx and name are live; the format string matches the
+        // arguments: s = RedisModuleString*, b = (char*, size_t).
+        unsafe {
+            raw::RedisModule_Replicate.unwrap()(
+                self.ctx.as_ptr(),
+                SETSTATE.as_ptr(),
+                c"sb".as_ptr(),
+                self.name.as_ptr(),
+                buf.as_ptr(),
+                len,
+            )
+        };
+    }
 }
 
-impl Drop for BucketKey {
+impl<M> Drop for BucketKey<'_, M> {
     fn drop(&mut self) {
-        // SAFETY: the key was opened in `open` and is closed exactly once.
+        // SAFETY: the key was opened in `open` and is closed exactly once
+        // (RedisModule_CloseKey accepts NULL).
         unsafe { raw::RedisModule_CloseKey.unwrap()(self.key) };
     }
 }
@@ -170,50 +371,4 @@ pub fn expire_at_ms(b: &Bucket) -> Option<i64> {
         Expiry::AtMs(ms) => Some(ms),
         Expiry::Never => Some(0),
     }
-}
-
-/// Writes `b` under `key` and replicates the resulting absolute state, so
-/// replicas and the AOF never re-run a clock-dependent command.
-pub fn commit(ctx: *mut raw::RedisModuleCtx, key: &BucketKey, b: &Bucket) {
-    match expire_at_ms(b) {
-        None => {
-            key.delete();
-            // SAFETY: ctx and the key name are live; format "s" = one RedisModuleString.
-            unsafe {
-                raw::RedisModule_Replicate.unwrap()(ctx, c"DEL".as_ptr(), c"s".as_ptr(), key.name())
-            };
-        }
-        Some(at_ms) => {
-            key.put(b);
-            key.set_expire_at(at_ms);
-            replicate_state(ctx, key.name(), b, at_ms);
-        }
-    }
-    // SAFETY: ctx and the key name are live for this command.
-    unsafe { raw::RedisModule_SignalModifiedKey.unwrap()(ctx, key.name()) };
-}
-
-/// Replicates `TB.SETSTATE key state`, with the state in its compact binary
-/// form ([`wire`]): about a third of the bytes of the decimal form, and one
-/// string object for Redis to build instead of six.
-fn replicate_state(
-    ctx: *mut raw::RedisModuleCtx,
-    name: *mut raw::RedisModuleString,
-    b: &Bucket,
-    at_ms: i64,
-) {
-    let mut buf = [0u8; wire::MAX_LEN];
-    let len = wire::encode(b, at_ms, &mut buf);
-    // SAFETY: ctx and name are live; the format string matches the arguments:
-    // s = RedisModuleString*, b = (char*, size_t).
-    unsafe {
-        raw::RedisModule_Replicate.unwrap()(
-            ctx,
-            SETSTATE.as_ptr(),
-            c"sb".as_ptr(),
-            name,
-            buf.as_ptr(),
-            len,
-        )
-    };
 }

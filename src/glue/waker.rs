@@ -97,10 +97,6 @@ pub fn create(after: Duration, callback: Callback, data: *mut c_void) -> TimerId
 
 /// Stops a timer that has not run: returns the time it had left and its
 /// data, or `None` if it has run already. Main thread only.
-#[expect(
-    dead_code,
-    reason = "for waiters that end early (a disconnect, CLIENT UNBLOCK): issue 15, defect 1"
-)]
 pub fn stop(id: TimerId) -> Option<(Duration, *mut c_void)> {
     let timer = table().timers.remove(&id.0)?;
     let left = timer.due.saturating_duration_since(Instant::now());

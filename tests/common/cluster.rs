@@ -87,6 +87,11 @@ pub fn slot_of(key: &str) -> u16 {
     redis::cluster_routing::get_slot(key.as_bytes())
 }
 
+/// A key in `slot`, with a `{hash tag}` in front of `name`.
+pub fn key_in_slot(slot: u16, name: &str) -> String {
+    format!("{{{}}}:{name}", tag_for_slot(slot))
+}
+
 /// A hash tag (without braces) for every slot: `{tag}` puts a key in `slot`.
 pub fn tag_for_slot(slot: u16) -> &'static str {
     static TAGS: OnceLock<Vec<String>> = OnceLock::new();

@@ -14,6 +14,11 @@
 
 pub mod cluster;
 pub mod rng;
+pub mod vocab;
+
+// Not every test file uses the vocabulary (harness.rs tests the harness).
+#[allow(unused_imports)]
+pub use self::vocab::*;
 
 use std::collections::HashSet;
 use std::fs::{self, File};
@@ -294,6 +299,27 @@ impl Server {
         c.set_write_timeout(Some(IO_TIMEOUT))
             .expect("set_write_timeout");
         c
+    }
+
+    /// A new connection (see [`Server::conn`]) authenticated as `user`.
+    pub fn login(&self, user: &str, pass: &str) -> redis::Connection {
+        let mut c = self.conn();
+        redis::cmd("AUTH")
+            .arg(user)
+            .arg(pass)
+            .query::<()>(&mut c)
+            .unwrap_or_else(|e| panic!("AUTH {user}: {e}"));
+        c
+    }
+
+    /// A new connection that has sent `args` and not read the reply (see
+    /// [`answer`]), and its client id: for commands that block.
+    pub fn send(&self, args: &[&str]) -> (redis::Connection, i64) {
+        let mut c = self.conn();
+        let id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut c).unwrap();
+        c.send_packed_command(&cmd(args).get_packed_command())
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        (c, id)
     }
 
     /// A client for this server (connections made from it have no timeout

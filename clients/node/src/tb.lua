@@ -41,7 +41,7 @@ local ERR_MIN = 'ERR MIN takes a chunk, an integer from 1 to capacity'
 local ERR_MIN_ATMOST = 'ERR MIN needs ATMOST'
 
 local ERR_CANNOT_BLOCK = 'ERR BLOCK cannot wait inside MULTI, a script, or on a client that cannot block: use RESERVE and wait on the client'
-local ERR_NUMKEYS = 'ERR numkeys must be an integer from 1 to 1000 and match the arguments'
+local ERR_NUMKEYS = 'ERR numkeys must be an integer from 1 to 16 and match the arguments'
 local ERR_DUPLICATE = 'ERR a key appears twice in TB.MCONSUME'
 local ERR_MOPTION = 'ERR unknown option: TB.MCONSUME takes RESERVE ms, or ATMOST [MIN chunk]'
 local ERR_WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
@@ -702,7 +702,7 @@ end
 local function cmd_mconsume(args)
   local k = #KEYS
   local triples = 3 * k
-  if k == 0 or k > 1000 or #args < triples then return err(ERR_NUMKEYS) end
+  if k == 0 or k > 16 or #args < triples then return err(ERR_NUMKEYS) end
   local mode, max_wait_us, minc = 'all', 0, 1
   local chunk = nil
   local extra = #args - triples

@@ -465,6 +465,10 @@ MODULE_ONLY = {
     "ERR period must be an integer number of seconds from 1 to 9007199254740992",
     "ERR quantity must be an integer from 0 to 9007199254740992",
     "ERR tb: internal error; the command had no effect",
+    "ERR tb: internal error; the command may have had effects (check the key)",
+    # Redis' own OOM error, which the module sends itself only when a script
+    # flagged allow-oom would create a bucket past maxmemory.
+    "OOM command not allowed when used memory > 'maxmemory'.",
     "ERR tb: lost the reservation reply",
     "ERR tb: error",  # an error text that cannot be sent as it is
     # TB.CONFIG
@@ -500,7 +504,7 @@ ERROR_CALLS: dict[str, tuple[tuple[Any, ...], str]] = {
     "ERR ATMOST cannot be combined with RESERVE or BLOCK": (("TB.CONSUME", "e", "1", "5", "1", "BLOCK", "5", "ATMOST"), ""),
     "ERR BLOCK cannot wait inside MULTI, a script, or on a client that cannot block: use RESERVE and wait on the "
     "client": (("TB.CONSUME", "e", "1", "5", "1", "BLOCK", "5"), "in MULTI"),
-    "ERR numkeys must be an integer from 1 to 1000 and match the arguments":
+    "ERR numkeys must be an integer from 1 to 16 and match the arguments":
         (("TB.MCONSUME", "2", "e", "f", "1", "5", "1"), ""),
     "ERR a key appears twice in TB.MCONSUME": (("TB.MCONSUME", "2", "e", "e", "1", "5", "1", "1", "5", "1"), ""),
     "ERR unknown option: TB.MCONSUME takes RESERVE ms, or ATMOST [MIN chunk]":

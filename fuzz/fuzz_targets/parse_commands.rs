@@ -1,0 +1,111 @@
+//! Every command's argument parser in `parse.rs` on arbitrary argument lists
+//! (the input split at NUL bytes; the first byte picks the command): never
+//! panics, and every accepted call is in range and self-consistent:
+//! - TB.CONSUME: the same options as `consume_options` on the arguments
+//!   after `capacity`;
+//! - TB.MCONSUME: one request per key, `numkeys` keys, no key twice, and a
+//!   duplicate refusal only when two keys are equal (checked pairwise);
+//!   `RESERVE` or `ATMOST [MIN chunk]`, never both, the chunk within the
+//!   capacity of every part asking for the largest n;
+//! - CL.THROTTLE: capacity `max_burst + 1` and quantity within 2^53;
+//! - TB.SETSTATE: a valid bucket that reads back the same from its compact
+//!   form, or the deletion form `key DEL`;
+//! - TB.CONFIG, TB.REFUND, TB.INFO: the argument counts they accept.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tb::bucket::MAX_AMOUNT;
+use tb::codec::wire;
+use tb::parse::{
+    self, ArgsError, ConfigArgs, SetStateArgs, ERR_DUPLICATE, MAX_KEYS, MAX_WAIT_MS,
+};
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&which, rest)) = data.split_first() else {
+        return;
+    };
+    let mut args: Vec<&[u8]> = vec![b"CMD"];
+    if !rest.is_empty() {
+        args.extend(rest.split(|&b| b == 0));
+    }
+    let a = &args[..];
+    match which % 7 {
+        0 => {
+            if let Ok(c) = parse::consume_args(a) {
+                assert!(a.len() >= 4 && c.limits.capacity <= MAX_AMOUNT);
+                assert!(c.options.min.is_none_or(|m| m >= 1 && m <= c.limits.capacity));
+                let opts = parse::consume_options(a[4..].iter().copied());
+                assert_eq!(opts, Ok(c.options), "{a:?}");
+            }
+        }
+        1 => match parse::mconsume_args(a) {
+            Ok(m) => {
+                let k = m.requests.len();
+                assert!(k >= 1 && k as u64 <= MAX_KEYS, "{a:?}");
+                let extra = match (m.reserve_ms, m.atmost) {
+                    (Some(_), None) => 2,
+                    (None, Some(_)) if a.len() == 2 + 4 * k + 1 => 1,
+                    (None, Some(_)) => 3,
+                    (None, None) => 0,
+                    (Some(_), Some(_)) => panic!("RESERVE with ATMOST: {a:?}"),
+                };
+                assert_eq!(a.len(), 2 + 4 * k + extra, "{a:?}");
+                if let Some(c) = m.atmost {
+                    let big = m.requests.iter().map(|r| r.n).max().unwrap_or(0);
+                    assert!(c >= 1, "{a:?}");
+                    for r in m.requests.iter().filter(|r| r.n == big) {
+                        assert!(c <= r.limits.capacity, "{a:?}");
+                    }
+                }
+                assert!(m.reserve_ms.is_none_or(|ms| ms <= MAX_WAIT_MS));
+                let keys = &a[2..2 + k];
+                for i in 0..k {
+                    assert!(!keys[..i].contains(&keys[i]), "duplicate accepted: {a:?}");
+                }
+            }
+            Err(ArgsError::Invalid(e)) if e == ERR_DUPLICATE => {
+                let k = parse::numkeys(a[1]).expect("numkeys was valid");
+                let keys = &a[2..2 + k];
+                let dup = (0..k).any(|i| keys[..i].contains(&keys[i]));
+                assert!(dup, "duplicate reported without one: {a:?}");
+            }
+            Err(_) => {}
+        },
+        2 => {
+            if let Ok(t) = parse::throttle_args(a) {
+                assert!((5..=6).contains(&a.len()), "{a:?}");
+                assert!((1..=MAX_AMOUNT).contains(&t.limits.capacity), "{t:?}");
+                assert!(t.quantity <= MAX_AMOUNT, "{t:?}");
+            }
+        }
+        3 => match parse::setstate_args(a) {
+            Ok(s @ SetStateArgs::State {
+                bucket,
+                expire_at_ms,
+            }) => {
+                assert!(bucket.is_valid() && expire_at_ms >= 0, "{s:?}");
+                let mut buf = [0u8; wire::MAX_LEN];
+                let len = wire::encode(&bucket, expire_at_ms, &mut buf);
+                let compact: [&[u8]; 3] = [b"CMD", a[1], &buf[..len]];
+                assert_eq!(parse::setstate_args(&compact[..]), Ok(s), "{a:?}");
+            }
+            Ok(SetStateArgs::Delete) => {
+                assert!(a.len() == 3 && a[2].eq_ignore_ascii_case(b"DEL"), "{a:?}")
+            }
+            Err(_) => {}
+        },
+        4 => match parse::config_args(a) {
+            Ok(ConfigArgs::Get(_)) => assert_eq!(a.len(), 3),
+            Ok(ConfigArgs::Set(..)) => assert_eq!(a.len(), 4),
+            Ok(ConfigArgs::ResetStat) => assert_eq!(a.len(), 2),
+            Err(_) => {}
+        },
+        5 => {
+            if let Ok(n) = parse::refund_args(a) {
+                assert!(a.len() == 3 && n <= MAX_AMOUNT);
+            }
+        }
+        _ => assert_eq!(parse::info_args(a).is_ok(), a.len() == 2),
+    }
+});
