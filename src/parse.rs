@@ -1098,6 +1098,34 @@ mod tests {
         );
         assert_eq!(err("TB.MCONSUME 1 a 1 5 1 RESERVE x"), ERR_WAIT.into());
         assert_eq!(err("TB.MCONSUME 2 a a 1 5 1 1 5 1"), ERR_DUPLICATE.into());
+        let a =
+            mconsume_args(&argv("TB.MCONSUME 2 a b 1 50 40 1 30 40 atmost min 30")[..]).unwrap();
+        assert_eq!((a.reserve_ms, a.atmost), (None, Some(30)));
+        let a = mconsume_args(&argv("TB.MCONSUME 2 a b 1 50 40 1 3 1 ATMOST MIN 40")[..]).unwrap();
+        assert_eq!(
+            a.atmost,
+            Some(40),
+            "the chunk is checked against the largest n's parts"
+        );
+        let a = mconsume_args(&argv("TB.MCONSUME 1 a 1 5 1 ATMOST")[..]).unwrap();
+        assert_eq!(a.atmost, Some(1));
+        assert_eq!(
+            err("TB.MCONSUME 2 a b 1 50 40 1 30 40 ATMOST MIN 31"),
+            ERR_MIN.into()
+        );
+        assert_eq!(err("TB.MCONSUME 1 a 1 5 1 ATMOST MIN 0"), ERR_MIN.into());
+        assert_eq!(
+            err("TB.MCONSUME 1 a 1 5 1 ATMOST MIN"),
+            ERR_MCONSUME_OPTION.into()
+        );
+        assert_eq!(
+            err("TB.MCONSUME 1 a 1 5 1 ATMOST RESERVE 5"),
+            ERR_MCONSUME_OPTION.into()
+        );
+        assert_eq!(
+            consume_args(&argv("TB.CONSUME k 1 5 9 ATMOST MIN 6")[..]),
+            Err(ArgsError::Invalid(ERR_MIN))
+        );
         assert_eq!(numkeys(b"3"), Some(3));
         assert_eq!(numkeys(b"0"), None);
     }
