@@ -514,7 +514,7 @@ pub fn mconsume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<MconsumeArgs, A
     if a.count() < end {
         return Err(ERR_NUMKEYS.into());
     }
-    let (mut reserve_ms, mut atmost) = (None, None);
+    let (mut reserve_ms, mut atmost, mut min) = (None, None, None);
     match a.count() - end {
         0 => {}
         2 if is_keyword(a.arg(end), "RESERVE") => {
@@ -522,7 +522,8 @@ pub fn mconsume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<MconsumeArgs, A
         }
         1 if is_keyword(a.arg(end), "ATMOST") => atmost = Some(1),
         3 if is_keyword(a.arg(end), "ATMOST") && is_keyword(a.arg(end + 1), "MIN") => {
-            atmost = Some(chunk(a.arg(end + 2))?);
+            min = Some(chunk(a.arg(end + 2))?);
+            atmost = min;
         }
         _ => return Err(ERR_MCONSUME_OPTION.into()),
     }
@@ -538,9 +539,10 @@ pub fn mconsume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<MconsumeArgs, A
         });
     }
     // MIN is checked against the capacity of every part asking for the
-    // largest n (the parts that share the grant).
+    // largest n (the parts that share the grant); plain ATMOST is not (a
+    // part of capacity 0 then never succeeds, as without ATMOST).
     let big = requests.iter().map(|r| r.n).max().unwrap_or(0);
-    if let Some(c) = atmost {
+    if let Some(c) = min {
         if requests.iter().any(|r| r.n == big && c > r.limits.capacity) {
             return Err(ERR_MIN.into());
         }
@@ -1109,6 +1111,12 @@ mod tests {
         );
         let a = mconsume_args(&argv("TB.MCONSUME 1 a 1 5 1 ATMOST")[..]).unwrap();
         assert_eq!(a.atmost, Some(1));
+        let a = mconsume_args(&argv("TB.MCONSUME 1 a 1 0 1 ATMOST")[..]).unwrap();
+        assert_eq!(
+            a.atmost,
+            Some(1),
+            "plain ATMOST on capacity 0: no MIN to check"
+        );
         assert_eq!(
             err("TB.MCONSUME 2 a b 1 50 40 1 30 40 ATMOST MIN 31"),
             ERR_MIN.into()

@@ -51,7 +51,7 @@ fuzz_target!(|data: &[u8]| {
                     (Some(_), Some(_)) => panic!("RESERVE with ATMOST: {a:?}"),
                 };
                 assert_eq!(a.len(), 2 + 4 * k + extra, "{a:?}");
-                if let Some(c) = m.atmost {
+                if let (Some(c), 3) = (m.atmost, extra) {
                     let big = m.requests.iter().map(|r| r.n).max().unwrap_or(0);
                     assert!(c >= 1, "{a:?}");
                     for r in m.requests.iter().filter(|r| r.n == big) {

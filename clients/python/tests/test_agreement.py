@@ -284,6 +284,7 @@ SEQUENCE: list[tuple[int, tuple[Any, ...]]] = [
                  "atmost")),
     (0, ("TB.MCONSUME", "2", "{s}u", "{s}g", "10", "100", "0", "5", "30", "0", "ATMOST")),  # peeks
     (0, ("TB.MCONSUME", "2", "{s}u", "{s}z", "10", "100", "9", "0", "30", "9", "ATMOST")),
+    (0, ("TB.MCONSUME", "2", "{s}u", "{s}z", "10", "100", "9", "1", "0", "9", "ATMOST")),  # capacity 0: never
     (0, ("TB.CONSUME", "m", "10", "100", "5", "ATMOST", "MIN", "0")),
     (0, ("TB.MCONSUME", "2", "{s}u", "{s}g", "10", "100", "60", "5", "30", "60", "ATMOST", "MIN", "31")),
     (0, ("TB.MCONSUME", "2", "{s}u", "{s}g", "10", "100", "60", "5", "30", "6", "ATMOST", "MIN", "31")),
