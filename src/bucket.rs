@@ -622,6 +622,10 @@ pub struct MultiOutcome {
     pub granted: u64,
     /// Tokens taken from each bucket (0 for all of them when denied).
     pub taken: Vec<u64>,
+    /// Whole tokens each bucket needed for the request to succeed: its `n`
+    /// (1 for a peek), or `min(chunk, N)` for a part sharing an `ATMOST`
+    /// grant.
+    pub need: Vec<u64>,
     /// Each bucket after the call, settled up to now.
     pub buckets: Vec<Bucket>,
     /// Whole tokens left in each bucket after the call, never negative.
@@ -649,19 +653,24 @@ pub fn consume_all(parts: &[Part], mode: Mode, now_us: i64) -> MultiOutcome {
     let big = parts.iter().map(|p| p.n).max().unwrap_or(0);
     let mut buckets = Vec::with_capacity(parts.len());
     let mut dirty = Vec::with_capacity(parts.len());
+    let mut need = Vec::with_capacity(parts.len());
     let mut wait: Option<u64> = Some(0);
     // The grant every quantity part can give now (ATMOST only).
     let mut share = big;
     for p in parts {
         let (b, changed) = current(p.stored.as_ref(), p.limits, now_us);
         let quantity = matches!(mode, Mode::AtMost { .. }) && p.n == big && big > 0;
-        let this = if quantity {
+        let level = if quantity {
             share = share.min(b.whole_tokens(now_us));
-            b.micros_until(least(mode, p.n), now_us)
-        } else if p.n > b.capacity {
+            least(mode, p.n)
+        } else {
+            p.n.max(1) as i128 * NANOS
+        };
+        need.push((level / NANOS) as u64);
+        let this = if !quantity && p.n > b.capacity {
             None
         } else {
-            b.micros_until(p.n.max(1) as i128 * NANOS, now_us)
+            b.micros_until(level, now_us)
         };
         wait = match (wait, this) {
             (Some(a), Some(b)) => Some(a.max(b)),
@@ -701,6 +710,7 @@ pub fn consume_all(parts: &[Part], mode: Mode, now_us: i64) -> MultiOutcome {
         retry_after_ms,
         granted,
         taken,
+        need,
         buckets,
         remaining,
         dirty,
@@ -1154,6 +1164,7 @@ mod tests {
         let o = consume_all(&parts, Mode::AtMost { min: 20 }, T0);
         assert_eq!((o.allowed, o.granted), (true, 25));
         assert_eq!(o.taken, vec![25, 25, 1]);
+        assert_eq!(o.need, vec![20, 20, 1], "the chunk, and the counter's n");
         assert_eq!(o.remaining, vec![15, 0, 0]);
         let o = consume_all(&parts, Mode::AtMost { min: 30 }, T0);
         assert_eq!(

@@ -82,8 +82,10 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
             key.commit(b);
         }
     }
-    stats::record_multi(o.allowed, o.retry_after_ms, o.taken.iter().sum());
-    top::record_multi(&parts, &o, now, |i| args.bytes(2 + i));
+    let asked = parts.iter().map(|p| p.n).max().unwrap_or(0);
+    let partial = a.atmost.is_some() && o.granted < asked;
+    stats::record_multi(o.allowed, o.retry_after_ms, o.taken.iter().sum(), partial);
+    top::record_multi(&o, now, |i| args.bytes(2 + i));
     let r = ctx.reply();
     r.array(2 + o.remaining.len() + usize::from(a.atmost.is_some()));
     r.int(i64::from(o.allowed));
