@@ -103,6 +103,9 @@ class Batcher:
         self._ledger = _Ledger(batch, hold, max_hold)
         self._cond = threading.Condition()
         self._helper: threading.Thread | None = None
+        # Whether a helper is in charge of what is held: set and cleared
+        # under the lock (a thread that is leaving may still be alive).
+        self._helping = False
 
     @property
     def held(self) -> int:
@@ -174,23 +177,31 @@ class Batcher:
             self.bucket.refund(n)
 
     def _start_helper(self) -> None:
-        if self._helper is None or not self._helper.is_alive():
+        """Starts a helper unless one is in charge (called under the lock)."""
+        if not self._helping:
+            self._helping = True
             self._helper = threading.Thread(target=self._run, name="tb-batcher", daemon=True)
             self._helper.start()
 
     def _run(self) -> None:
         """Gives back what is held once it is due; ends when nothing is held."""
         with self._cond:
-            led = self._ledger
-            while led.local > 0 and not led.closed:
-                left = led.due() - time.monotonic()
-                if left <= 0:
-                    try:
-                        self._give_back()
-                    except Exception as e:  # noqa: BLE001 (a helper thread has no caller to raise to)
-                        log.warning("tb_limiter: could not give back to %r: %s", self.bucket.key, e)
-                else:
-                    self._cond.wait(left)
+            try:
+                self._watch()
+            finally:
+                self._helping = False
+
+    def _watch(self) -> None:
+        led = self._ledger
+        while led.local > 0 and not led.closed:
+            left = led.due() - time.monotonic()
+            if left <= 0:
+                try:
+                    self._give_back()
+                except Exception as e:  # noqa: BLE001 (a helper thread has no caller to raise to)
+                    log.warning("tb_limiter: could not give back to %r: %s", self.bucket.key, e)
+            else:
+                self._cond.wait(left)
 
 
 class AsyncBatcher:
