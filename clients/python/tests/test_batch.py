@@ -27,9 +27,10 @@ def server_tokens(b: object) -> float:
 def test_batches_hand_out_locally_and_close_gives_back(server: Server) -> None:
     lim = Limiter(server.client())
     bucket = lim.bucket("hot:local", NO_REFILL, 100)
-    with bucket.batched(10) as local:
+    with bucket.batched(10, hold=5, max_hold=5) as local:  # never idle long enough to give back
         for _ in range(25):
-            assert local.consume() is None or local.batches > 0
+            r = local.consume()
+            assert r is None or r.allowed
         assert (local.handed_out, local.batches, local.held) == (25, 3, 5)
         assert 70 <= server_tokens(bucket) < 71, "three batches of 10 taken"
     assert 75 <= server_tokens(bucket) < 76, "the 5 held came back on close"
@@ -99,14 +100,16 @@ def test_threads_share_a_batcher_within_the_bound(server: Server) -> None:
 
 
 def test_acquire_waits_for_a_batch(server: Server) -> None:
+    """The first call takes the whole bucket (5 tokens at 1 a second); the
+    sixth token exists no earlier than a second after that call."""
     lim = Limiter(server.client())
-    bucket = lim.bucket("hot:acquire", 100, 5)
-    with bucket.batched(5) as local:
-        for _ in range(5):
-            local.acquire()
+    bucket = lim.bucket("hot:acquire", 1, 5)
+    with bucket.batched(5, hold=5, max_hold=5) as local:
         start = time.monotonic()
-        local.acquire(timeout=5)  # the bucket is empty: waits ~10 ms for one
-        assert time.monotonic() - start >= 0.009
+        for _ in range(6):
+            local.acquire(timeout=5)
+        assert time.monotonic() - start >= 1.0
+        assert (local.handed_out, local.batches) == (6, 2)
 
 
 def test_bad_batches_are_refused(server: Server) -> None:
