@@ -5,6 +5,8 @@
 //!   after `capacity`;
 //! - TB.MCONSUME: one request per key, `numkeys` keys, no key twice, and a
 //!   duplicate refusal only when two keys are equal (checked pairwise);
+//!   `RESERVE` or `ATMOST [MIN chunk]`, never both, the chunk within the
+//!   capacity of every part asking for the largest n;
 //! - CL.THROTTLE: capacity `max_burst + 1` and quantity within 2^53;
 //! - TB.SETSTATE: a valid bucket that reads back the same from its compact
 //!   form, or the deletion form `key DEL`;
@@ -32,6 +34,7 @@ fuzz_target!(|data: &[u8]| {
         0 => {
             if let Ok(c) = parse::consume_args(a) {
                 assert!(a.len() >= 4 && c.limits.capacity <= MAX_AMOUNT);
+                assert!(c.options.min.is_none_or(|m| m >= 1 && m <= c.limits.capacity));
                 let opts = parse::consume_options(a[4..].iter().copied());
                 assert_eq!(opts, Ok(c.options), "{a:?}");
             }
@@ -40,8 +43,21 @@ fuzz_target!(|data: &[u8]| {
             Ok(m) => {
                 let k = m.requests.len();
                 assert!(k >= 1 && k as u64 <= MAX_KEYS, "{a:?}");
-                let extra = if m.reserve_ms.is_some() { 2 } else { 0 };
+                let extra = match (m.reserve_ms, m.atmost) {
+                    (Some(_), None) => 2,
+                    (None, Some(_)) if a.len() == 2 + 4 * k + 1 => 1,
+                    (None, Some(_)) => 3,
+                    (None, None) => 0,
+                    (Some(_), Some(_)) => panic!("RESERVE with ATMOST: {a:?}"),
+                };
                 assert_eq!(a.len(), 2 + 4 * k + extra, "{a:?}");
+                if let (Some(c), 3) = (m.atmost, extra) {
+                    let big = m.requests.iter().map(|r| r.n).max().unwrap_or(0);
+                    assert!(c >= 1, "{a:?}");
+                    for r in m.requests.iter().filter(|r| r.n == big) {
+                        assert!(c <= r.limits.capacity, "{a:?}");
+                    }
+                }
                 assert!(m.reserve_ms.is_none_or(|ms| ms <= MAX_WAIT_MS));
                 let keys = &a[2..2 + k];
                 for i in 0..k {

@@ -1,12 +1,13 @@
-//! `TB.CONSUME key rate capacity [n] [RESERVE ms | BLOCK ms] [ATMOST]`: take
-//! `n` tokens (default 1) from the bucket under `key`, refilled lazily at
-//! `rate` up to `capacity`.
+//! `TB.CONSUME key rate capacity [n] [RESERVE ms | BLOCK ms] [ATMOST [MIN
+//! chunk]]`: take `n` tokens (default 1) from the bucket under `key`,
+//! refilled lazily at `rate` up to `capacity`. `ATMOST MIN chunk` grants at
+//! least `min(chunk, n)` tokens or nothing (a denial waits for that many).
 //!
 //! Reply: `[allowed, remaining, retry_after_ms, reset_after_ms, granted]`.
 
 use crate::bucket::{self, Kind, Mode};
-use crate::glue::command::{integer, key, one_of, pure_token, string, Access, Arity, Command};
-use crate::glue::command::{Keys, Spec};
+use crate::glue::command::{block, integer, key, one_of, pure_token, string, Access, Arity};
+use crate::glue::command::{Arg, Command, Keys, Spec};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
 use crate::glue::{blocking, clock, config, stats, top};
 use crate::parse::{self, Wait};
@@ -36,10 +37,17 @@ impl Command for Consume {
                 ],
             )
             .optional(),
-            pure_token(c"atmost", c"ATMOST").optional(),
+            block(c"atmost", ATMOST_ARGS).optional(),
         ],
     };
 }
+
+/// `ATMOST [MIN chunk]` in the docs of both consume commands: a partial
+/// grant, of at least `chunk` tokens.
+pub const ATMOST_ARGS: &[Arg] = &[
+    pure_token(c"atmost", c"ATMOST"),
+    integer(c"chunk").token(c"MIN").optional(),
+];
 
 const ERR_CANNOT_BLOCK: &str =
     "ERR BLOCK cannot wait inside MULTI, a script, or on a client that cannot block: use RESERVE and wait on the client";
@@ -48,7 +56,9 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let a = parse::consume_args(args)?;
     let opts = a.options;
     let mode = match opts.wait {
-        Wait::No if opts.atmost => Mode::AtMost,
+        Wait::No if opts.atmost => Mode::AtMost {
+            min: opts.min.unwrap_or(1),
+        },
         Wait::No => Mode::All,
         Wait::Reserve(ms) | Wait::Block(ms) => {
             let max = config::max_wait_ms();

@@ -4,8 +4,8 @@
 -- same replies, same lazy refill against the server's TIME.
 --
 -- Call: EVALSHA sha numkeys key [key ...] command arg [arg ...]
---   command TB.CONSUME  : KEYS[1];        args: rate capacity [n] [RESERVE ms | BLOCK ms] [ATMOST]
---   command TB.MCONSUME : KEYS[1..k];     args: rate capacity n [rate capacity n ...] [RESERVE ms]
+--   command TB.CONSUME  : KEYS[1];        args: rate capacity [n] [RESERVE ms | BLOCK ms] [ATMOST [MIN chunk]]
+--   command TB.MCONSUME : KEYS[1..k];     args: rate capacity n [rate capacity n ...] [RESERVE ms | ATMOST [MIN chunk]]
 --   command TB.REFUND   : KEYS[1];        args: n
 --   command TB.INFO     : KEYS[1];        no args
 --
@@ -37,11 +37,13 @@ local ERR_N = 'ERR n must be an integer from 0 to 9007199254740992'
 local ERR_WAIT = 'ERR RESERVE and BLOCK take a wait in milliseconds, an integer from 0 to 86400000'
 local ERR_OPTION = 'ERR unknown or repeated option: after n, use RESERVE ms, BLOCK ms or ATMOST'
 local ERR_ATMOST_WAIT = 'ERR ATMOST cannot be combined with RESERVE or BLOCK'
+local ERR_MIN = 'ERR MIN takes a chunk, an integer from 1 to capacity'
+local ERR_MIN_ATMOST = 'ERR MIN needs ATMOST'
 
 local ERR_CANNOT_BLOCK = 'ERR BLOCK cannot wait inside MULTI, a script, or on a client that cannot block: use RESERVE and wait on the client'
 local ERR_NUMKEYS = 'ERR numkeys must be an integer from 1 to 16 and match the arguments'
 local ERR_DUPLICATE = 'ERR a key appears twice in TB.MCONSUME'
-local ERR_MOPTION = 'ERR unknown option: TB.MCONSUME takes RESERVE ms'
+local ERR_MOPTION = 'ERR unknown option: TB.MCONSUME takes RESERVE ms, or ATMOST [MIN chunk]'
 local ERR_WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 
 -- The module's settings at their defaults (tb.max-wait-ms, tb.expire-idle).
@@ -583,9 +585,17 @@ local function current(stored, rn, rd, c, now)
   return b, reconfigure(b, rn, rd, c, now)
 end
 
--- bucket::consume: mode is 'all', 'atmost' or 'reserve' (with max_wait_us).
+-- parse::chunk: the chunk after MIN, an integer from 1 to 2^53.
+local function parse_chunk(s)
+  local v = parse_int(s or '', MAX_AMOUNT_STR, ERR_MIN)
+  if not v or v == 0 then return nil, ERR_MIN end
+  return v
+end
+
+-- bucket::consume: mode is 'all', 'atmost' (with its smallest grant minc)
+-- or 'reserve' (with max_wait_us).
 -- A take (b.w - x) applies to the settled state at b.t (see bucket.rs take).
-local function consume(stored, rn, rd, c, n, mode, max_wait_us, now)
+local function consume(stored, rn, rd, c, n, mode, max_wait_us, minc, now)
   local b, dirty = current(stored, rn, rd, c, now)
   local have = level_at(b, now)
   local kind, granted, retry
@@ -604,15 +614,16 @@ local function consume(stored, rn, rd, c, n, mode, max_wait_us, now)
     b.w = b.w - n
     dirty = true
     kind, granted, retry = 'allowed', n, 0
-  elseif mode == 'atmost' and have >= 1 then
-    -- Partial grant: everything whole that is there (less than n).
+  elseif mode == 'atmost' and have >= math.min(minc, n) then
+    -- Partial grant: everything whole that is there (less than n, at least
+    -- min(minc, n)).
     b.w = b.w - have
     dirty = true
     kind, granted, retry = 'allowed', have, 0
   else
-    -- ATMOST waits for one token; the others for all n.
+    -- ATMOST waits for its smallest grant; the others for all n.
     local target = n
-    if mode == 'atmost' then target = 1 end
+    if mode == 'atmost' then target = math.min(minc, n) end
     local us = micros_until(b, target, now)
     if us == nil then
       kind, granted, retry = 'never', 0, -1
@@ -639,13 +650,13 @@ local function cmd_consume(args)
   if not rn then return err(rd) end
   local c, e = parse_int(args[2], MAX_AMOUNT_STR, ERR_CAPACITY)
   if not c then return err(e) end
-  -- [n] [RESERVE ms | BLOCK ms] [ATMOST]
-  local n, atmost, wait, wait_ms = 1, false, nil, 0
+  -- [n] [RESERVE ms | BLOCK ms] [ATMOST [MIN chunk]]
+  local n, atmost, wait, wait_ms, minc = 1, false, nil, 0, nil
   local i = 3
   local first = args[i]
   if first then
     local up = first:upper()
-    if up ~= 'ATMOST' and up ~= 'RESERVE' and up ~= 'BLOCK' then
+    if up ~= 'ATMOST' and up ~= 'MIN' and up ~= 'RESERVE' and up ~= 'BLOCK' then
       n, e = parse_int(first, MAX_AMOUNT_STR, ERR_N)
       if not n then return err(e) end
       i = i + 1
@@ -655,6 +666,10 @@ local function cmd_consume(args)
     local up = args[i]:upper()
     if up == 'ATMOST' and not atmost then
       atmost = true
+    elseif up == 'MIN' and minc == nil then
+      minc, e = parse_chunk(args[i + 1])
+      if not minc then return err(e) end
+      i = i + 1
     elseif (up == 'RESERVE' or up == 'BLOCK') and wait == nil then
       wait_ms, e = parse_int(args[i + 1] or '', '86400000', ERR_WAIT)
       if not wait_ms then return err(e) end
@@ -666,6 +681,8 @@ local function cmd_consume(args)
     i = i + 1
   end
   if atmost and wait ~= nil then return err(ERR_ATMOST_WAIT) end
+  if minc ~= nil and not atmost then return err(ERR_MIN_ATMOST) end
+  if minc ~= nil and minc > c then return err(ERR_MIN) end
   local mode = 'all'
   if wait ~= nil then
     if wait_ms > MAX_WAIT_MS then return err(ERR_TOO_LONG) end
@@ -677,7 +694,7 @@ local function cmd_consume(args)
   local now = now_us()
   local stored, lerr = load(KEYS[1])
   if stored == nil then return err(lerr) end
-  local reply, b, dirty = consume(stored or nil, rn, rd, c, n, mode, wait_ms * 1000, now)
+  local reply, b, dirty = consume(stored or nil, rn, rd, c, n, mode, wait_ms * 1000, minc or 1, now)
   if dirty then commit(KEYS[1], b) end
   return reply
 end
@@ -686,9 +703,17 @@ local function cmd_mconsume(args)
   local k = #KEYS
   local triples = 3 * k
   if k == 0 or k > 16 or #args < triples then return err(ERR_NUMKEYS) end
-  local mode, max_wait_us = 'all', 0
+  local mode, max_wait_us, minc = 'all', 0, 1
+  local chunk = nil
   local extra = #args - triples
-  if extra == 2 and args[triples + 1]:upper() == 'RESERVE' then
+  if extra == 1 and args[triples + 1]:upper() == 'ATMOST' then
+    mode = 'atmost'
+  elseif extra == 3 and args[triples + 1]:upper() == 'ATMOST' and args[triples + 2]:upper() == 'MIN' then
+    local e
+    chunk, e = parse_chunk(args[triples + 3])
+    if not chunk then return err(e) end
+    mode, minc = 'atmost', chunk
+  elseif extra == 2 and args[triples + 1]:upper() == 'RESERVE' then
     local ms, e = parse_int(args[triples + 2], '86400000', ERR_WAIT)
     if not ms then return err(e) end
     if ms > MAX_WAIT_MS then return err(ERR_TOO_LONG) end
@@ -707,6 +732,14 @@ local function cmd_mconsume(args)
     if not n then return err(e2) end
     parts[j] = { rn = rn, rd = rd, c = c, n = n }
   end
+  -- The largest n: with ATMOST, the parts that ask for it share one grant.
+  local big = 0
+  for j = 1, k do big = math.max(big, parts[j].n) end
+  if chunk ~= nil then
+    for j = 1, k do
+      if parts[j].n == big and chunk > parts[j].c then return err(ERR_MIN) end
+    end
+  end
   for a = 1, k do
     for b = 1, a - 1 do
       if KEYS[a] == KEYS[b] then return err(ERR_DUPLICATE) end
@@ -721,11 +754,17 @@ local function cmd_mconsume(args)
   -- bucket::consume_all (a part with n = 0 is a peek: it needs one token)
   local buckets, dirty = {}, {}
   local wait = {} -- bignum microseconds; nil once any part can never succeed
+  local share = big -- ATMOST: the grant every quantity part can give now
   for j = 1, k do
     local p = parts[j]
     local b, changed = current(p.stored, p.rn, p.rd, p.c, now)
     local this = nil
-    if p.n <= b.c then this = micros_until(b, math.max(p.n, 1), now) end
+    if mode == 'atmost' and p.n == big and big > 0 then
+      share = math.min(share, whole_tokens(b, now))
+      this = micros_until(b, math.min(minc, p.n), now)
+    elseif p.n <= b.c then
+      this = micros_until(b, math.max(p.n, 1), now)
+    end
     if wait ~= nil and this ~= nil then
       if bn_cmp(this, wait) > 0 then wait = this end
     else
@@ -744,10 +783,15 @@ local function cmd_mconsume(args)
   else
     allowed, retry = 0, ceil_ms(wait)
   end
+  local granted = 0
   if allowed == 1 then
+    granted = big
+    if mode == 'atmost' then granted = share end
     for j = 1, k do
-      if parts[j].n > 0 then
-        buckets[j].w = buckets[j].w - parts[j].n
+      local take = parts[j].n
+      if mode == 'atmost' and take == big then take = granted end
+      if take > 0 then
+        buckets[j].w = buckets[j].w - take
         dirty[j] = true
       end
     end
@@ -757,6 +801,7 @@ local function cmd_mconsume(args)
     if dirty[j] then commit(KEYS[j], buckets[j]) end
     reply[#reply + 1] = whole_tokens(buckets[j], now)
   end
+  if mode == 'atmost' then reply[#reply + 1] = granted end
   return reply
 end
 

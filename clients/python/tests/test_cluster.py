@@ -15,6 +15,7 @@ from redis.exceptions import RedisClusterException
 
 from tbcluster import Cluster
 from tb_limiter import AsyncLimiter, Limiter, MultiResult, RateLimited, Result
+from tb_limiter.stream import pace_sync
 
 FROZEN = "1e-12"
 #: Keys on every master: their slots fall in each third of the slot range.
@@ -65,6 +66,14 @@ def test_many_needs_one_slot(limiter: Limiter) -> None:
     tpm = limiter.bucket("{acme}:tpm", FROZEN, 1000)
     assert limiter.consume_many([(rpm, 1), (tpm, 600)]) == MultiResult(True, 0, (2, 400))
     assert limiter.acquire_many([(rpm, 1), (tpm, 100)], timeout=1).allowed
+    # A shared partial grant (ATMOST MIN chunk) over a user's and a global
+    # byte cap in one slot, and a byte stream paced through both.
+    user = limiter.bucket("{acme}:user-bytes", FROZEN, 5000)
+    glob = limiter.bucket("{acme}:global-bytes", FROZEN, 700)
+    shared = limiter.consume_many([(user, 1000), (glob, 1000)], atmost=True, chunk=500)
+    assert shared == MultiResult(True, 0, (4300, 0), 700)
+    assert sum(len(p) for p in pace_sync([b"x" * 300], user, limiter.bucket("{acme}:g2", FROZEN, 1000),
+                                         chunk=100)) == 300
     group = limiter.limits("rl:alice", "5/second;100/day")
     assert group.acquire().allowed and group.consume().allowed
     assert [b.info() is not None for b in group.buckets] == [True, True]

@@ -17,15 +17,18 @@ from ._protocol import SCRIPT, Call
 from ._rates import LimitSpec, parse_limits
 from ._spec import BucketSpec
 from ._types import Backend, BucketInfo, MultiResult, RateLimited, Result
+from .batch import AsyncBatcher, Batcher
 from .aio import AsyncBucketGroup, AsyncLimit, AsyncLimiter, AsyncTokenBucket
 from .sync import BucketGroup, Limit, Limiter, TokenBucket
 
 __all__ = [
+    "AsyncBatcher",
     "AsyncBucketGroup",
     "AsyncLimit",
     "AsyncLimiter",
     "AsyncTokenBucket",
     "Backend",
+    "Batcher",
     "BucketGroup",
     "BucketInfo",
     "BucketSpec",

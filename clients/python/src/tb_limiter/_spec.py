@@ -32,9 +32,8 @@ class BucketSpec:
     def _limits(self) -> tuple[str, str]:
         return (self.rate, str(self.capacity))
 
-    def _consume_call(self, n: int, *, atmost: bool = False) -> Call:
-        args = (*self._limits(), amount_arg(n))
-        return Call("TB.CONSUME", (self.key,), (*args, "ATMOST") if atmost else args)
+    def _consume_call(self, n: int, *, atmost: bool = False, chunk: int | None = None) -> Call:
+        return Call("TB.CONSUME", (self.key,), (*self._limits(), amount_arg(n), *atmost_args(atmost, chunk)))
 
     def _reserve_call(self, n: int, ms: int) -> Call:
         return Call("TB.CONSUME", (self.key,), (*self._limits(), amount_arg(n), "RESERVE", str(ms)))
@@ -49,8 +48,20 @@ class BucketSpec:
         return Call("TB.INFO", (self.key,), ())
 
 
-def mconsume_call(items: Sequence[tuple[BucketSpec, int]], ms: int | None) -> Call:
-    """TB.MCONSUME over ``(bucket, n)`` pairs, with RESERVE ``ms`` when given."""
+def atmost_args(atmost: bool, chunk: int | None) -> tuple[str, ...]:
+    """``ATMOST [MIN chunk]``, or nothing; a chunk needs ``atmost``."""
+    if chunk is not None and not atmost:
+        raise ValueError("chunk is the smallest grant of atmost=True")
+    if not atmost:
+        return ()
+    return ("ATMOST",) if chunk is None else ("ATMOST", "MIN", amount_arg(chunk, "chunk"))
+
+
+def mconsume_call(
+    items: Sequence[tuple[BucketSpec, int]], ms: int | None, *, atmost: bool = False, chunk: int | None = None
+) -> Call:
+    """TB.MCONSUME over ``(bucket, n)`` pairs, with RESERVE ``ms`` when
+    given, or ``ATMOST [MIN chunk]``."""
     if not items:
         raise ValueError("consume_many needs at least one (bucket, n) pair")
     keys = tuple(b.key for b, _ in items)
@@ -59,6 +70,7 @@ def mconsume_call(items: Sequence[tuple[BucketSpec, int]], ms: int | None) -> Ca
         args += [*b._limits(), amount_arg(n)]
     if ms is not None:
         args += ["RESERVE", str(ms)]
+    args += atmost_args(atmost, chunk)
     return Call("TB.MCONSUME", keys, tuple(args))
 
 

@@ -64,16 +64,22 @@ class Result:
 @dataclass(frozen=True)
 class MultiResult:
     """The reply of ``TB.MCONSUME``: ``[allowed, retry_after_ms, remaining_1,
-    ..., remaining_k]``."""
+    ..., remaining_k]``, and with ``ATMOST`` one more, ``granted``."""
 
     allowed: bool
     retry_after_ms: int
     remaining: tuple[int, ...]
+    granted: int | None = None
+    """With ``atmost``: the grant taken from every part asking for the
+    largest ``n`` (0 when denied); None without ``atmost``."""
 
     @classmethod
-    def from_reply(cls, reply: Sequence[int]) -> "MultiResult":
-        """Builds a result from the reply's integers."""
+    def from_reply(cls, reply: Sequence[int], atmost: bool = False) -> "MultiResult":
+        """Builds a result from the reply's integers (``atmost``: the last one
+        is the grant)."""
         values = [int(x) for x in reply]
+        if atmost:
+            return cls(bool(values[0]), values[1], tuple(values[2:-1]), values[-1])
         return cls(bool(values[0]), values[1], tuple(values[2:]))
 
     @property
@@ -89,7 +95,8 @@ class MultiResult:
     @property
     def reply(self) -> list[int]:
         """The reply as the server sent it."""
-        return [int(self.allowed), self.retry_after_ms, *self.remaining]
+        extra = [] if self.granted is None else [self.granted]
+        return [int(self.allowed), self.retry_after_ms, *self.remaining, *extra]
 
 
 @dataclass(frozen=True)
