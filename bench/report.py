@@ -23,6 +23,7 @@ PNG_REL = "bench/benchmarks.png"
 MD = os.path.join(ROOT, "BENCHMARKS.md")
 SUMMARY = os.path.join(ROOT, "docs", "bench-summary.md")
 TOPKEYS = os.path.join(HERE, "results-topkeys.json")
+HOTKEYS = os.path.join(HERE, "results-hotkeys.json")
 
 ORDER = ["incr", "tb", "tb_bytes", "tb_denied", "tb_reserve", "tb_multi", "throttle",
          "tb_idle", "lua", "lua_denied", "lua_idle"]
@@ -361,6 +362,81 @@ def topkeys_section(t):
     return out
 
 
+def hotkeys_targets(h):
+    """Target rows of bench/hotkeys.py's run (issue 13)."""
+    st = h["stream"]
+    bound = st["rate"] / st["chunk"]
+    lim = h["limited"]["batched"]
+    ratio = h["hot"]["batched"]["grants_per_s"] / h["hot"]["per_call"]["grants_per_s"]
+    return [
+        ("Byte stream (pace, ATMOST MIN chunk), calls per second", "at most rate / chunk = %.1f" % bound,
+         "%.1f (one-byte waits: %.0f)" % (st["pace"]["calls_per_s"], st["one_byte_wait"]["calls_per_s"]),
+         st["pace"]["calls_per_s"] <= bound),
+        ("Hot key, 4 batching processes: admitted total", "at most capacity + rate * T",
+         "%s of %s" % ("{:,}".format(lim["admitted"]), "{:,.0f}".format(lim["bound"])),
+         lim["admitted"] <= lim["bound"]),
+        ("Hot key, grants per second, batched / per call", "above 1",
+         "%.1fx" % ratio, ratio > 1),
+    ]
+
+
+def hotkeys_section(h):
+    """BENCHMARKS.md section from bench/results-hotkeys.json."""
+    st, hot, lim = h["stream"], h["hot"], h["limited"]
+    out = ["## Byte streams and hot keys (issue 13)\n"]
+    out.append("`bench/hotkeys.py` (part of `make bench`; `make bench-hotkeys` runs it alone), "
+               "through the Python client, on %s, Redis %s, %d cores.\n" % (
+                   h["date"], h["server"], h["machine"]["cpus"]))
+    out.append("**One byte stream** at %s MB/s with %s-byte chunks and a burst (capacity) of "
+               "%s bytes, sending %.0f s of the rate; calls counted by the server "
+               "(`INFO commandstats`). The bound is `rate / chunk` calls a second:\n" % (
+                   "{:,.0f}".format(st["rate"] / 1e6), "{:,}".format(st["chunk"]),
+                   "{:,}".format(st["capacity"]), st["pace"]["bytes"] / st["rate"]))
+    out.append("| how the stream asks | calls | seconds | calls per second | MB/s |")
+    out.append("|---|---:|---:|---:|---:|")
+    for key, label in [("pace", "`pace_sync`: ATMOST MIN chunk, sleeping until a chunk has refilled"),
+                       ("one_byte_wait", "ATMOST, then sleeping the denial's wait (for one byte)")]:
+        x = st[key]
+        out.append("| %s | %s | %.2f | %.1f | %.2f |" % (
+            label, "{:,}".format(x["calls"]), x["seconds"], x["calls_per_s"], x["mb_per_s"]))
+    out.append("")
+    out.append("**One hot key, %d processes**, each granting one token at a time as fast as it "
+               "can; a rate that never limits, so the figure is the calls' cost (batches of "
+               "%d, `bucket.batched(%d)`):\n" % (h["procs"], h["batch"], h["batch"]))
+    out.append("| | tokens granted | TB.CONSUME calls | seconds | grants per second |")
+    out.append("|---|---:|---:|---:|---:|")
+    for key, label in [("per_call", "one call per grant"), ("batched", "batched")]:
+        x = hot[key]
+        out.append("| %s | %s | %s | %.2f | %s |" % (
+            label, "{:,}".format(x["granted"]), "{:,}".format(x["calls"]), x["seconds"],
+            "{:,.0f}".format(x["grants_per_s"])))
+    out.append("")
+    out.append("**The same on a key that limits** (%s tokens/s, capacity %s; batches given back "
+               "after %.0f ms idle, held at most %.0f ms), with a fifth process that does not "
+               "batch and acquires one token every 20 ms. *Admitted* counts every token the "
+               "processes handed out (the fifth's included); the server's count is INFO's "
+               "`tb_tokens_granted` over the run less what batchers gave back with "
+               "`TB.REFUND`; the bound is capacity + rate * T over the run's span:\n" % (
+                   "{:,}".format(h["limit"]["rate"]), "{:,}".format(h["limit"]["capacity"]),
+                   h["hold_s"] * 1000, h["max_hold_s"] * 1000))
+    out.append("| neighbours of the fifth process | admitted | server: granted - given back "
+               "| capacity + rate * T | fifth process: worst wait (median) |")
+    out.append("|---|---:|---:|---:|---:|")
+    for key, label in [("per_call", "4 processes, one call per grant"),
+                       ("batched", "4 batching processes")]:
+        x = lim[key]
+        out.append("| %s | %s | %s - %s = %s | %s | %.1f ms (%.1f ms) |" % (
+            label, "{:,}".format(x["admitted"]), "{:,}".format(x["server_granted"]),
+            "{:,}".format(x["given_back"]), "{:,}".format(x["server_net"]),
+            "{:,.0f}".format(x["bound"]), x["probe_worst_wait_ms"], x["probe_median_wait_ms"]))
+    out.append("")
+    out.append("The worst extra wait the non-batching process saw beside batchers, compared "
+               "with beside per-call neighbours: %+.1f ms (a batch is held at most %.0f ms).\n" % (
+                   lim["batched"]["probe_worst_wait_ms"] - lim["per_call"]["probe_worst_wait_ms"],
+                   h["max_hold_s"] * 1000))
+    return out
+
+
 def main():
     with open(os.path.join(HERE, "results.json")) as f:
         r = json.load(f)
@@ -368,6 +444,10 @@ def main():
     if os.path.exists(TOPKEYS):
         with open(TOPKEYS) as f:
             topkeys = json.load(f)
+    hotkeys = None
+    if os.path.exists(HOTKEYS):
+        with open(HOTKEYS) as f:
+            hotkeys = json.load(f)
     from bench import CALLGRIND_SYMBOLS  # the symbol descriptions live with the driver
     r["instructions_symbols"] = CALLGRIND_SYMBOLS
     plot(r)
@@ -376,6 +456,8 @@ def main():
     rows = targets(r)
     if topkeys:
         rows += topkeys_targets(topkeys)
+    if hotkeys:
+        rows += hotkeys_targets(hotkeys)
     L = []
     L.append("# Benchmarks\n")
     L.append("Generated by `make bench` (`bench/bench.py`, then `bench/report.py`) on %s; "
@@ -509,6 +591,8 @@ def main():
         L.extend(neighbours.render(r["neighbours"]))
     if topkeys:
         L.extend(topkeys_section(topkeys))
+    if hotkeys:
+        L.extend(hotkeys_section(hotkeys))
 
     L.append("## Re-running\n")
     L.append("`make bench` builds the module, creates `bench/.venv` (matplotlib, and the "

@@ -4,8 +4,8 @@
 -- same replies, same lazy refill against the server's TIME.
 --
 -- Call: EVALSHA sha numkeys key [key ...] command arg [arg ...]
---   command TB.CONSUME  : KEYS[1];        args: rate capacity [n] [RESERVE ms | BLOCK ms] [ATMOST]
---   command TB.MCONSUME : KEYS[1..k];     args: rate capacity n [rate capacity n ...] [RESERVE ms]
+--   command TB.CONSUME  : KEYS[1];        args: rate capacity [n] [RESERVE ms | BLOCK ms] [ATMOST [MIN chunk]]
+--   command TB.MCONSUME : KEYS[1..k];     args: rate capacity n [rate capacity n ...] [RESERVE ms | ATMOST [MIN chunk]]
 --   command TB.REFUND   : KEYS[1];        args: n
 --   command TB.RELEASE  : KEYS[1];        args: lease-id [USED n]
 --   command TB.INFO     : KEYS[1];        no args
@@ -41,11 +41,13 @@ local ERR_N = 'ERR n must be an integer from 0 to 9007199254740992'
 local ERR_WAIT = 'ERR RESERVE and BLOCK take a wait in milliseconds, an integer from 0 to 86400000'
 local ERR_OPTION = 'ERR unknown or repeated option: after n, use RESERVE ms, BLOCK ms or ATMOST'
 local ERR_ATMOST_WAIT = 'ERR ATMOST cannot be combined with RESERVE or BLOCK'
+local ERR_MIN = 'ERR MIN takes a chunk, an integer from 1 to capacity'
+local ERR_MIN_ATMOST = 'ERR MIN needs ATMOST'
 
 local ERR_CANNOT_BLOCK = 'ERR BLOCK cannot wait inside MULTI, a script, or on a client that cannot block: use RESERVE and wait on the client'
 local ERR_NUMKEYS = 'ERR numkeys must be an integer from 1 to 16 and match the arguments'
 local ERR_DUPLICATE = 'ERR a key appears twice in TB.MCONSUME'
-local ERR_MOPTION = 'ERR unknown option: TB.MCONSUME takes RESERVE ms'
+local ERR_MOPTION = 'ERR unknown option: TB.MCONSUME takes RESERVE ms, or ATMOST [MIN chunk], and LEASE part ttl-ms'
 local ERR_WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local ERR_LEASE_TTL = 'ERR LEASE takes a TTL in milliseconds, an integer from 1 to 86400000'
 local ERR_LEASE_TWICE = 'ERR LEASE given twice'
@@ -723,9 +725,17 @@ local function current(stored, rn, rd, c, now)
   return b, reconfigure(b, rn, rd, c, now)
 end
 
--- bucket::consume: mode is 'all', 'atmost' or 'reserve' (with max_wait_us).
+-- parse::chunk: the chunk after MIN, an integer from 1 to 2^53.
+local function parse_chunk(s)
+  local v = parse_int(s or '', MAX_AMOUNT_STR, ERR_MIN)
+  if not v or v == 0 then return nil, ERR_MIN end
+  return v
+end
+
+-- bucket::consume: mode is 'all', 'atmost' (with its smallest grant minc)
+-- or 'reserve' (with max_wait_us).
 -- A take (b.w - x) applies to the settled state at b.t (see bucket.rs take).
-local function consume(stored, rn, rd, c, n, mode, max_wait_us, now)
+local function consume(stored, rn, rd, c, n, mode, max_wait_us, minc, now)
   local b, dirty = current(stored, rn, rd, c, now)
   local have = level_at(b, now)
   local kind, granted, retry
@@ -744,15 +754,16 @@ local function consume(stored, rn, rd, c, n, mode, max_wait_us, now)
     b.w = b.w - n
     dirty = true
     kind, granted, retry = 'allowed', n, 0
-  elseif mode == 'atmost' and have >= 1 then
-    -- Partial grant: everything whole that is there (less than n).
+  elseif mode == 'atmost' and have >= math.min(minc, n) then
+    -- Partial grant: everything whole that is there (less than n, at least
+    -- min(minc, n)).
     b.w = b.w - have
     dirty = true
     kind, granted, retry = 'allowed', have, 0
   else
-    -- ATMOST waits for one token; the others for all n.
+    -- ATMOST waits for its smallest grant; the others for all n.
     local target = n
-    if mode == 'atmost' then target = 1 end
+    if mode == 'atmost' then target = math.min(minc, n) end
     local us = micros_until(b, target, now)
     if us == nil then
       kind, granted, retry = 'never', 0, -1
@@ -797,13 +808,13 @@ local function cmd_consume(args)
     end
     args = rest
   end
-  -- [n] [RESERVE ms | BLOCK ms] [ATMOST]
-  local n, atmost, wait, wait_ms = 1, false, nil, 0
+  -- [n] [RESERVE ms | BLOCK ms] [ATMOST [MIN chunk]]
+  local n, atmost, wait, wait_ms, minc = 1, false, nil, 0, nil
   local i = 3
   local first = args[i]
   if first then
     local up = first:upper()
-    if up ~= 'ATMOST' and up ~= 'RESERVE' and up ~= 'BLOCK' then
+    if up ~= 'ATMOST' and up ~= 'MIN' and up ~= 'RESERVE' and up ~= 'BLOCK' then
       n, e = parse_int(first, MAX_AMOUNT_STR, ERR_N)
       if not n then return err(e) end
       i = i + 1
@@ -813,6 +824,10 @@ local function cmd_consume(args)
     local up = args[i]:upper()
     if up == 'ATMOST' and not atmost then
       atmost = true
+    elseif up == 'MIN' and minc == nil then
+      minc, e = parse_chunk(args[i + 1])
+      if not minc then return err(e) end
+      i = i + 1
     elseif (up == 'RESERVE' or up == 'BLOCK') and wait == nil then
       wait_ms, e = parse_int(args[i + 1] or '', '86400000', ERR_WAIT)
       if not wait_ms then return err(e) end
@@ -824,6 +839,8 @@ local function cmd_consume(args)
     i = i + 1
   end
   if atmost and wait ~= nil then return err(ERR_ATMOST_WAIT) end
+  if minc ~= nil and not atmost then return err(ERR_MIN_ATMOST) end
+  if minc ~= nil and minc > c then return err(ERR_MIN) end
   if lease_ttl ~= nil then
     if atmost or wait ~= nil then return err(ERR_LEASE_MODE) end
     if n == 0 then return err(ERR_LEASE_N) end
@@ -845,11 +862,12 @@ local function cmd_consume(args)
     expire_leases(stored, L, now)
   end
   if lease_ttl ~= nil and #L.held >= MAX_LEASES then return err(ERR_LEASE_FULL) end
-  local reply, b, dirty, kind = consume(stored or nil, rn, rd, c, n, mode, wait_ms * 1000, now)
+  local reply, b, dirty, kind = consume(stored or nil, rn, rd, c, n, mode, wait_ms * 1000, minc or 1, now)
   local lease_id = 0
   if lease_ttl ~= nil and kind == 'allowed' then lease_id = grant_lease(L, n, lease_ttl, now) end
+  -- what a denial waits for: 1 for a peek, the chunk (at most n) for ATMOST
   local target = n
-  if n == 0 or atmost then target = 1 end
+  if n == 0 then target = 1 elseif atmost then target = math.min(minc or 1, n) end
   reply = wait_with_leases(reply, kind, b, L, target, now)
   if dirty then commit(KEYS[1], b, L) end
   if lease_ttl ~= nil then reply[6] = lease_id end
@@ -860,7 +878,8 @@ local function cmd_mconsume(args)
   local k = #KEYS
   local triples = 3 * k
   if k == 0 or k > 16 or #args < triples then return err(ERR_NUMKEYS) end
-  local mode, max_wait_us = 'all', 0
+  local mode, max_wait_us, minc = 'all', 0, 1
+  local chunk = nil
   local leased, any_lease, reserve = {}, false, nil
   local at = triples + 1
   while at <= #args do
@@ -880,10 +899,26 @@ local function cmd_mconsume(args)
       if not ms then return err(e) end
       reserve = ms
       at = at + 2
+    elseif up == 'ATMOST' and mode ~= 'atmost' then
+      if at + 1 <= #args and args[at + 1]:upper() == 'MIN' then
+        if at + 2 > #args then return err(ERR_MOPTION) end
+        local e
+        chunk, e = parse_chunk(args[at + 2])
+        if not chunk then return err(e) end
+        minc = chunk
+        at = at + 3
+      else
+        at = at + 1
+      end
+      mode = 'atmost'
     else
       return err(ERR_MOPTION)
     end
   end
+  -- ATMOST grants what is there now: it does not wait, and a lease is never
+  -- partial.
+  if mode == 'atmost' and reserve ~= nil then return err(ERR_MOPTION) end
+  if mode == 'atmost' and any_lease then return err(ERR_LEASE_MODE) end
   if reserve ~= nil then
     if reserve > MAX_WAIT_MS then return err(ERR_TOO_LONG) end
     mode, max_wait_us = 'reserve', reserve * 1000
@@ -898,6 +933,14 @@ local function cmd_mconsume(args)
     local n, e2 = parse_int(args[at + 3], MAX_AMOUNT_STR, ERR_N)
     if not n then return err(e2) end
     parts[j] = { rn = rn, rd = rd, c = c, n = n }
+  end
+  -- The largest n: with ATMOST, the parts that ask for it share one grant.
+  local big = 0
+  for j = 1, k do big = math.max(big, parts[j].n) end
+  if chunk ~= nil then
+    for j = 1, k do
+      if parts[j].n == big and chunk > parts[j].c then return err(ERR_MIN) end
+    end
   end
   for a = 1, k do
     for b = 1, a - 1 do
@@ -927,7 +970,7 @@ local function cmd_mconsume(args)
   for j = 1, k do
     if leased[j] then
       local p = parts[j]
-      local _, _, _, kind = consume(p.stored, p.rn, p.rd, p.c, p.n, 'all', 0, now)
+      local _, _, _, kind = consume(p.stored, p.rn, p.rd, p.c, p.n, 'all', 0, 1, now)
       if kind ~= 'allowed' then short[#short + 1] = j end
     end
   end
@@ -935,11 +978,17 @@ local function cmd_mconsume(args)
   -- bucket::consume_all (a part with n = 0 is a peek: it needs one token)
   local buckets, dirty = {}, {}
   local wait = {} -- bignum microseconds; nil once any part can never succeed
+  local share = big -- ATMOST: the grant every quantity part can give now
   for j = 1, k do
     local p = parts[j]
     local b, changed = current(p.stored, p.rn, p.rd, p.c, now)
     local this = nil
-    if p.n <= b.c then this = micros_until(b, math.max(p.n, 1), now) end
+    if mode == 'atmost' and p.n == big and big > 0 then
+      share = math.min(share, whole_tokens(b, now))
+      this = micros_until(b, math.min(minc, p.n), now)
+    elseif p.n <= b.c then
+      this = micros_until(b, math.max(p.n, 1), now)
+    end
     if wait ~= nil and this ~= nil then
       if bn_cmp(this, wait) > 0 then wait = this end
     else
@@ -958,10 +1007,15 @@ local function cmd_mconsume(args)
   else
     allowed, retry = 0, ceil_ms(wait)
   end
+  local granted = 0
   if allowed == 1 then
+    granted = big
+    if mode == 'atmost' then granted = share end
     for j = 1, k do
-      if parts[j].n > 0 then
-        buckets[j].w = buckets[j].w - parts[j].n
+      local take = parts[j].n
+      if mode == 'atmost' and take == big then take = granted end
+      if take > 0 then
+        buckets[j].w = buckets[j].w - take
         dirty[j] = true
       end
     end
@@ -981,8 +1035,11 @@ local function cmd_mconsume(args)
     local w = {}
     for _, j in ipairs(which) do
       local p, b = parts[j], buckets[j]
+      -- what the part needs (bucket::MultiOutcome::need)
+      local need = math.max(p.n, 1)
+      if mode == 'atmost' and p.n == big and big > 0 then need = math.min(minc, p.n) end
       local us = nil
-      if p.n <= b.c then us = lease_micros_until(b, leases[j], math.max(p.n, 1), now) end
+      if need <= b.c then us = lease_micros_until(b, leases[j], need, now) end
       if us == nil then w = nil break end
       if bn_cmp(us, w) > 0 then w = us end
     end
@@ -998,6 +1055,7 @@ local function cmd_mconsume(args)
     if dirty[j] then commit(KEYS[j], buckets[j], leases[j]) end
     reply[#reply + 1] = whole_tokens(buckets[j], now)
   end
+  if mode == 'atmost' then reply[#reply + 1] = granted end
   if any_lease then
     for j = 1, k do reply[#reply + 1] = ids[j] end
   end

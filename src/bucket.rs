@@ -444,8 +444,13 @@ impl Bucket {
 pub enum Mode {
     /// All `n` tokens or nothing.
     All,
-    /// Grant `min(n, whole tokens available)` when at least one is there.
-    AtMost,
+    /// Grant `min(n, whole tokens available)` when that is at least
+    /// `min(min, n)` (`ATMOST MIN chunk`; plain `ATMOST` is `min = 1`);
+    /// a denial waits for `min(min, n)` tokens.
+    AtMost {
+        /// The smallest grant worth having, at least 1.
+        min: u64,
+    },
     /// Take all `n` now, into debt, if they will have refilled within
     /// `max_wait_us`; the caller waits `retry_after_ms` before proceeding.
     Reserve {
@@ -545,21 +550,22 @@ pub fn consume(
             Some(us) => (Kind::Peek, 0, ceil_ms(us)),
             None => (Kind::Peek, 0, -1),
         }
-    } else if n > b.capacity && mode != Mode::AtMost {
+    } else if n > b.capacity && !matches!(mode, Mode::AtMost { .. }) {
         (Kind::Never, 0, -1)
     } else if have >= want {
         b.take(want);
         dirty = true;
         (Kind::Allowed, n, 0)
-    } else if mode == Mode::AtMost && have >= NANOS {
-        // Partial grant: everything whole that is there (less than n).
+    } else if matches!(mode, Mode::AtMost { .. }) && have >= least(mode, n) {
+        // Partial grant: everything whole that is there (less than n, at
+        // least min(min, n)).
         let avail = (have / NANOS) as u64;
         b.take(avail as i128 * NANOS);
         dirty = true;
         (Kind::Allowed, avail, 0)
     } else {
-        // ATMOST waits for one token; the others for all n.
-        let target = if mode == Mode::AtMost { NANOS } else { want };
+        // ATMOST waits for its smallest grant; the others for all n.
+        let target = least(mode, n);
         match (mode, b.micros_until(target, now_us)) {
             (_, None) => (Kind::Never, 0, -1),
             (Mode::Reserve { max_wait_us }, Some(us)) if us <= max_wait_us => {
@@ -581,6 +587,16 @@ pub fn consume(
     }
 }
 
+/// The level (nano-tokens) a request for `n` needs before anything is
+/// granted: `min(min, n)` tokens with [`Mode::AtMost`], else all `n`.
+fn least(mode: Mode, n: u64) -> i128 {
+    let tokens = match mode {
+        Mode::AtMost { min } => min.clamp(1, n.max(1)),
+        _ => n,
+    };
+    tokens as i128 * NANOS
+}
+
 /// One bucket's part in a [`consume_all`] request.
 #[derive(Clone, Copy, Debug)]
 pub struct Part {
@@ -596,11 +612,20 @@ pub struct Part {
 /// The result of [`consume_all`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MultiOutcome {
-    /// Whether every bucket gave its `n` (now or, with a reservation, later).
+    /// Whether every bucket gave its share (now or, with a reservation, later).
     pub allowed: bool,
     /// 0 when allowed now; otherwise the wait in ms until all would succeed
     /// (rounded up); -1 when any part can never succeed.
     pub retry_after_ms: i64,
+    /// With [`Mode::AtMost`]: the grant `g` each quantity part gave (0 when
+    /// denied). Otherwise the largest `n` when allowed, else 0.
+    pub granted: u64,
+    /// Tokens taken from each bucket (0 for all of them when denied).
+    pub taken: Vec<u64>,
+    /// Whole tokens each bucket needed for the request to succeed: its `n`
+    /// (1 for a peek), or `min(chunk, N)` for a part sharing an `ATMOST`
+    /// grant.
+    pub need: Vec<u64>,
     /// Each bucket after the call, settled up to now.
     pub buckets: Vec<Bucket>,
     /// Whole tokens left in each bucket after the call, never negative.
@@ -610,18 +635,39 @@ pub struct MultiOutcome {
 }
 
 /// All-or-nothing consume across several buckets: either every bucket gives
-/// its `n`, or no bucket's tokens change. `mode` is [`Mode::All`] or
-/// [`Mode::Reserve`] (then every bucket goes into debt and the caller waits
-/// for the slowest one). A part with `n = 0` is a peek on its bucket, as in
-/// [`consume`]: it needs one whole token there and takes none.
+/// its share, or no bucket's tokens change. A part with `n = 0` is a peek on
+/// its bucket, as in [`consume`]: it needs one whole token there and takes
+/// none.
+///
+/// - [`Mode::All`]: every bucket gives its `n` now.
+/// - [`Mode::Reserve`]: every bucket goes into debt for its `n` and the
+///   caller waits for the slowest one.
+/// - [`Mode::AtMost`] (`ATMOST [MIN chunk]`): the request is `N`, the largest
+///   `n`. The parts whose `n` is `N` are its *quantity* parts (a per-user and
+///   a global byte cap): each gives the same grant
+///   `g = min(N, whole tokens of each)`, granted only if `g >= min(chunk, N)`.
+///   Parts with a smaller `n` (a request counter with `n = 1`) give all of it,
+///   and peeks need one token, as without ATMOST. A denial waits until every
+///   quantity part has `min(chunk, N)` and every other part its `n`.
 pub fn consume_all(parts: &[Part], mode: Mode, now_us: i64) -> MultiOutcome {
+    let big = parts.iter().map(|p| p.n).max().unwrap_or(0);
     let mut buckets = Vec::with_capacity(parts.len());
     let mut dirty = Vec::with_capacity(parts.len());
+    let mut need = Vec::with_capacity(parts.len());
     let mut wait: Option<u64> = Some(0);
+    // The grant every quantity part can give now (ATMOST only).
+    let mut share = big;
     for p in parts {
         let (b, changed) = current(p.stored.as_ref(), p.limits, now_us);
-        let level = p.n.max(1) as i128 * NANOS;
-        let this = if p.n > b.capacity {
+        let quantity = matches!(mode, Mode::AtMost { .. }) && p.n == big && big > 0;
+        let level = if quantity {
+            share = share.min(b.whole_tokens(now_us));
+            least(mode, p.n)
+        } else {
+            p.n.max(1) as i128 * NANOS
+        };
+        need.push((level / NANOS) as u64);
+        let this = if !quantity && p.n > b.capacity {
             None
         } else {
             b.micros_until(level, now_us)
@@ -639,18 +685,32 @@ pub fn consume_all(parts: &[Part], mode: Mode, now_us: i64) -> MultiOutcome {
         (Some(w), Mode::Reserve { max_wait_us }) if w <= max_wait_us => (true, ceil_ms(w)),
         (Some(w), _) => (false, ceil_ms(w)),
     };
-    if allowed {
-        for ((b, d), p) in buckets.iter_mut().zip(dirty.iter_mut()).zip(parts) {
-            if p.n > 0 {
-                b.take(p.n as i128 * NANOS);
-                *d = true;
-            }
+    let granted = match (allowed, mode) {
+        (false, _) => 0,
+        (true, Mode::AtMost { .. }) => share,
+        (true, _) => big,
+    };
+    let taken: Vec<u64> = parts
+        .iter()
+        .map(|p| match (allowed, mode) {
+            (false, _) => 0,
+            (true, Mode::AtMost { .. }) if p.n == big => granted,
+            (true, _) => p.n,
+        })
+        .collect();
+    for ((b, d), &t) in buckets.iter_mut().zip(dirty.iter_mut()).zip(&taken) {
+        if t > 0 {
+            b.take(t as i128 * NANOS);
+            *d = true;
         }
     }
     let remaining = buckets.iter().map(|b| b.whole_tokens(now_us)).collect();
     MultiOutcome {
         allowed,
         retry_after_ms,
+        granted,
+        taken,
+        need,
         buckets,
         remaining,
         dirty,
@@ -1021,17 +1081,17 @@ mod tests {
             tokens: 3 * NANOS + 500_000_000,
             ..empty(l, T0)
         };
-        let o = consume(Some(&b), l, 8, Mode::AtMost, T0);
+        let o = consume(Some(&b), l, 8, Mode::AtMost { min: 1 }, T0);
         assert_eq!((o.kind, o.granted, o.remaining), (Kind::Allowed, 3, 0));
         assert_eq!(o.bucket.tokens, 500_000_000);
-        let o = consume(Some(&o.bucket), l, 8, Mode::AtMost, T0);
+        let o = consume(Some(&o.bucket), l, 8, Mode::AtMost { min: 1 }, T0);
         assert_eq!(
             (o.kind, o.granted, o.retry_after_ms),
             (Kind::Denied, 0, 500)
         );
-        let o = consume(Some(&b), l, 2, Mode::AtMost, T0);
+        let o = consume(Some(&b), l, 2, Mode::AtMost { min: 1 }, T0);
         assert_eq!((o.kind, o.granted), (Kind::Allowed, 2));
-        let o = consume(Some(&b), l, 11, Mode::AtMost, T0);
+        let o = consume(Some(&b), l, 11, Mode::AtMost { min: 1 }, T0);
         assert_eq!(
             (o.kind, o.granted),
             (Kind::Allowed, 3),
@@ -1042,8 +1102,89 @@ mod tests {
             tokens: 0,
             ..Bucket::full(fixed, T0)
         };
-        let o = consume(Some(&empty_fixed), fixed, 5, Mode::AtMost, T0);
+        let o = consume(Some(&empty_fixed), fixed, 5, Mode::AtMost { min: 1 }, T0);
         assert_eq!((o.kind, o.retry_after_ms), (Kind::Never, -1));
+    }
+
+    #[test]
+    fn atmost_min_grants_a_chunk_or_nothing() {
+        let l = lim(10, 1, 100);
+        let b = Bucket {
+            tokens: 7 * NANOS + 500_000_000,
+            ..empty(l, T0)
+        };
+        let at = |min| Mode::AtMost { min };
+        let o = consume(Some(&b), l, 50, at(10), T0);
+        assert_eq!(
+            (o.kind, o.granted, o.retry_after_ms, o.dirty),
+            (Kind::Denied, 0, 250, false),
+            "the wait is for the chunk (2.5 tokens at 10/s), not one token"
+        );
+        let o = consume(Some(&b), l, 50, at(7), T0);
+        assert_eq!((o.kind, o.granted, o.remaining), (Kind::Allowed, 7, 0));
+        let o = consume(Some(&b), l, 5, at(10), T0);
+        assert_eq!(
+            (o.kind, o.granted),
+            (Kind::Allowed, 5),
+            "a chunk above n means all of n"
+        );
+        let o = consume(Some(&b), l, 9, at(10), T0);
+        assert_eq!(
+            (o.kind, o.granted, o.retry_after_ms),
+            (Kind::Denied, 0, 150)
+        );
+        let o = consume(Some(&b), l, 50, at(10), T0 + 250_000);
+        assert_eq!((o.kind, o.granted), (Kind::Allowed, 10));
+        let o = consume(Some(&b), l, 500, at(100), T0);
+        assert_eq!(
+            (o.kind, o.retry_after_ms),
+            (Kind::Denied, 9250),
+            "n above capacity: waits for the chunk"
+        );
+    }
+
+    #[test]
+    fn consume_all_atmost_shares_one_grant() {
+        let user = lim(10, 1, 100);
+        let global = lim(10, 1, 100);
+        let reqs = lim(1, 1, 10);
+        let part = |l: Limits, tokens: i128, n| Part {
+            stored: Some(Bucket {
+                tokens,
+                ..empty(l, T0)
+            }),
+            limits: l,
+            n,
+        };
+        let parts = [
+            part(user, 40 * NANOS, 60),
+            part(global, 25 * NANOS + 1, 60),
+            part(reqs, NANOS, 1),
+        ];
+        let o = consume_all(&parts, Mode::AtMost { min: 20 }, T0);
+        assert_eq!((o.allowed, o.granted), (true, 25));
+        assert_eq!(o.taken, vec![25, 25, 1]);
+        assert_eq!(o.need, vec![20, 20, 1], "the chunk, and the counter's n");
+        assert_eq!(o.remaining, vec![15, 0, 0]);
+        let o = consume_all(&parts, Mode::AtMost { min: 30 }, T0);
+        assert_eq!(
+            (o.allowed, o.granted, o.retry_after_ms, &o.taken[..]),
+            (false, 0, 500, &[0, 0, 0][..]),
+            "the global part needs 5 more tokens at 10/s"
+        );
+        assert!(o.dirty.iter().all(|d| !d));
+        let short_reqs = [parts[0], parts[1], part(reqs, 0, 1)];
+        let o = consume_all(&short_reqs, Mode::AtMost { min: 1 }, T0);
+        assert_eq!(
+            (o.allowed, o.retry_after_ms),
+            (false, 1000),
+            "a fixed part is all or nothing"
+        );
+        let o = consume_all(&parts, Mode::All, T0);
+        assert_eq!((o.allowed, o.granted), (false, 0));
+        let never = [parts[0], part(lim(0, 1, 100), 0, 60)];
+        let o = consume_all(&never, Mode::AtMost { min: 1 }, T0);
+        assert_eq!((o.allowed, o.retry_after_ms), (false, -1));
     }
 
     #[test]
@@ -1163,7 +1304,7 @@ mod tests {
     fn arb_mode() -> impl Strategy<Value = Mode> {
         prop_oneof![
             Just(Mode::All),
-            Just(Mode::AtMost),
+            (1u64..20).prop_map(|min| Mode::AtMost { min }),
             (0u64..5_000_000).prop_map(|w| Mode::Reserve { max_wait_us: w }),
         ]
     }

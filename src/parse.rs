@@ -258,13 +258,17 @@ pub enum Wait {
     Block(u64),
 }
 
-/// What follows `capacity` in TB.CONSUME: `[n] [RESERVE ms | BLOCK ms] [ATMOST]`.
+/// What follows `capacity` in TB.CONSUME:
+/// `[n] [RESERVE ms | BLOCK ms] [ATMOST [MIN chunk]]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConsumeOptions {
     /// Tokens to take (default 1).
     pub n: u64,
     /// `ATMOST`: grant what is there, between 1 and `n`.
     pub atmost: bool,
+    /// `MIN chunk` (only with ATMOST): the smallest grant worth having, at
+    /// least 1. The handler checks it against the capacity.
+    pub min: Option<u64>,
     /// Waiting mode.
     pub wait: Wait,
 }
@@ -276,11 +280,12 @@ pub fn consume_options<'a>(
     let mut o = ConsumeOptions {
         n: 1,
         atmost: false,
+        min: None,
         wait: Wait::No,
     };
     let mut next = args.next();
     if let Some(first) = next {
-        let keyword = ["ATMOST", "RESERVE", "BLOCK"]
+        let keyword = ["ATMOST", "MIN", "RESERVE", "BLOCK"]
             .iter()
             .any(|k| is_keyword(first, k));
         if !keyword {
@@ -291,6 +296,8 @@ pub fn consume_options<'a>(
     while let Some(opt) = next {
         if is_keyword(opt, "ATMOST") && !o.atmost {
             o.atmost = true;
+        } else if is_keyword(opt, "MIN") && o.min.is_none() {
+            o.min = Some(chunk(args.next().unwrap_or_default())?);
         } else if (is_keyword(opt, "RESERVE") || is_keyword(opt, "BLOCK")) && o.wait == Wait::No {
             let ms = integer(args.next().unwrap_or_default(), MAX_WAIT_MS, ERR_WAIT)?;
             o.wait = if is_keyword(opt, "BLOCK") {
@@ -306,7 +313,19 @@ pub fn consume_options<'a>(
     if o.atmost && o.wait != Wait::No {
         return Err(ERR_ATMOST_WAIT);
     }
+    if o.min.is_some() && !o.atmost {
+        return Err(ERR_MIN_ATMOST);
+    }
     Ok(o)
+}
+
+/// Parses the chunk after `MIN`: an integer from 1 to 2^53 (the handler
+/// then refuses one above the capacity with the same error).
+pub fn chunk(arg: &[u8]) -> Result<u64, ParseError> {
+    match amount(arg, ERR_MIN)? {
+        0 => Err(ERR_MIN),
+        c => Ok(c),
+    }
 }
 
 /// The error for a RESERVE or BLOCK wait above the `max-wait-ms` setting,
@@ -321,6 +340,11 @@ pub const ERR_WAIT: ParseError =
 /// Error for an unknown or repeated option.
 pub const ERR_OPTION: ParseError =
     "ERR unknown or repeated option: after n, use RESERVE ms, BLOCK ms or ATMOST";
+/// Error for a bad `MIN chunk`: not an integer, 0, or above the capacity
+/// (of any quantity part, in TB.MCONSUME).
+pub const ERR_MIN: ParseError = "ERR MIN takes a chunk, an integer from 1 to capacity";
+/// Error for `MIN` without `ATMOST`.
+pub const ERR_MIN_ATMOST: ParseError = "ERR MIN needs ATMOST";
 /// Error for ATMOST combined with waiting.
 pub const ERR_ATMOST_WAIT: ParseError = "ERR ATMOST cannot be combined with RESERVE or BLOCK";
 
@@ -435,6 +459,9 @@ pub fn consume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<ConsumeArgs, Arg
     let rest: Vec<&[u8]> = (4..a.count()).map(|i| a.arg(i)).collect();
     let (lease_ttl_ms, rest) = split_lease(&rest)?;
     let options = consume_options(rest.into_iter())?;
+    if options.min.is_some_and(|c| c > limits.capacity) {
+        return Err(ERR_MIN.into());
+    }
     if lease_ttl_ms.is_some() {
         if options.atmost || options.wait != Wait::No {
             return Err(ERR_LEASE_MODE.into());
@@ -456,7 +483,8 @@ pub const ERR_NUMKEYS: ParseError =
 /// Error for a key named twice in TB.MCONSUME.
 pub const ERR_DUPLICATE: ParseError = "ERR a key appears twice in TB.MCONSUME";
 /// Error for an unknown TB.MCONSUME option.
-pub const ERR_MCONSUME_OPTION: ParseError = "ERR unknown option: TB.MCONSUME takes RESERVE ms";
+pub const ERR_MCONSUME_OPTION: ParseError =
+    "ERR unknown option: TB.MCONSUME takes RESERVE ms, or ATMOST [MIN chunk], and LEASE part ttl-ms";
 /// Most keys one TB.MCONSUME may name. Every key costs about what one
 /// TB.CONSUME costs (Redis hashes the name a few times to look it up, write
 /// it and set its expiry), and Redis runs one command at a time, so this
@@ -484,6 +512,8 @@ pub struct MconsumeArgs {
     pub requests: Vec<Request>,
     /// `RESERVE ms`.
     pub reserve_ms: Option<u64>,
+    /// `ATMOST [MIN chunk]`: the chunk (1 for plain `ATMOST`).
+    pub atmost: Option<u64>,
     /// `LEASE part ttl-ms`: the TTL of each leased part, in key order.
     pub leases: Vec<Option<u64>>,
 }
@@ -505,7 +535,7 @@ pub fn mconsume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<MconsumeArgs, A
     if a.count() < end {
         return Err(ERR_NUMKEYS.into());
     }
-    let mut reserve_ms = None;
+    let (mut reserve_ms, mut atmost, mut min) = (None, None, None);
     let mut leases = vec![None; k];
     let mut at = end;
     while at < a.count() {
@@ -525,9 +555,29 @@ pub fn mconsume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<MconsumeArgs, A
         } else if is_keyword(a.arg(at), "RESERVE") && reserve_ms.is_none() && at + 1 < a.count() {
             reserve_ms = Some(integer(a.arg(at + 1), MAX_WAIT_MS, ERR_WAIT)?);
             at += 2;
+        } else if is_keyword(a.arg(at), "ATMOST") && atmost.is_none() {
+            if at + 1 < a.count() && is_keyword(a.arg(at + 1), "MIN") {
+                if at + 2 >= a.count() {
+                    return Err(ERR_MCONSUME_OPTION.into());
+                }
+                min = Some(chunk(a.arg(at + 2))?);
+                atmost = min;
+                at += 3;
+            } else {
+                atmost = Some(1);
+                at += 1;
+            }
         } else {
             return Err(ERR_MCONSUME_OPTION.into());
         }
+    }
+    // ATMOST grants what is there now: it does not wait, and a lease is
+    // never partial.
+    if atmost.is_some() && reserve_ms.is_some() {
+        return Err(ERR_MCONSUME_OPTION.into());
+    }
+    if atmost.is_some() && leases.iter().any(Option::is_some) {
+        return Err(ERR_LEASE_MODE.into());
     }
     let mut requests = Vec::with_capacity(k);
     for i in 0..k {
@@ -539,6 +589,15 @@ pub fn mconsume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<MconsumeArgs, A
             },
             n: amount(a.arg(at + 2), ERR_N)?,
         });
+    }
+    // MIN is checked against the capacity of every part asking for the
+    // largest n (the parts that share the grant); plain ATMOST is not (a
+    // part of capacity 0 then never succeeds, as without ATMOST).
+    let big = requests.iter().map(|r| r.n).max().unwrap_or(0);
+    if let Some(c) = min {
+        if requests.iter().any(|r| r.n == big && c > r.limits.capacity) {
+            return Err(ERR_MIN.into());
+        }
     }
     if has_duplicate((2..limits_at).map(|i| a.arg(i))) {
         return Err(ERR_DUPLICATE.into());
@@ -553,6 +612,7 @@ pub fn mconsume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<MconsumeArgs, A
     Ok(MconsumeArgs {
         requests,
         reserve_ms,
+        atmost,
         leases,
     })
 }
@@ -1076,6 +1136,7 @@ mod tests {
         let plain = ConsumeOptions {
             n: 1,
             atmost: false,
+            min: None,
             wait: Wait::No,
         };
         assert_eq!(opts(&[]), Ok(plain));
@@ -1117,6 +1178,44 @@ mod tests {
             "a first word that is no option is n"
         );
         assert_eq!(opts(&["1", "FROB"]), Err(ERR_OPTION));
+    }
+
+    #[test]
+    fn min_chunk_options() {
+        let atmost = |n, min| {
+            Ok(ConsumeOptions {
+                n,
+                atmost: true,
+                min,
+                wait: Wait::No,
+            })
+        };
+        assert_eq!(opts(&["100", "ATMOST", "MIN", "10"]), atmost(100, Some(10)));
+        assert_eq!(opts(&["100", "min", "10", "atmost"]), atmost(100, Some(10)));
+        assert_eq!(opts(&["5", "ATMOST", "MIN", "50"]), atmost(5, Some(50)));
+        assert_eq!(opts(&["ATMOST", "MIN", "1"]), atmost(1, Some(1)));
+        assert_eq!(opts(&["5", "ATMOST", "MIN", "0"]), Err(ERR_MIN));
+        assert_eq!(opts(&["5", "ATMOST", "MIN"]), Err(ERR_MIN));
+        assert_eq!(opts(&["5", "ATMOST", "MIN", "-1"]), Err(ERR_MIN));
+        assert_eq!(
+            opts(&["5", "ATMOST", "MIN", "9007199254740993"]),
+            Err(ERR_MIN)
+        );
+        assert_eq!(opts(&["5", "MIN", "2"]), Err(ERR_MIN_ATMOST));
+        assert_eq!(
+            opts(&["5", "MIN", "2", "RESERVE", "10"]),
+            Err(ERR_MIN_ATMOST)
+        );
+        assert_eq!(
+            opts(&["5", "ATMOST", "MIN", "2", "BLOCK", "10"]),
+            Err(ERR_ATMOST_WAIT)
+        );
+        assert_eq!(
+            opts(&["5", "ATMOST", "MIN", "2", "MIN", "3"]),
+            Err(ERR_OPTION)
+        );
+        assert_eq!(opts(&["MIN", "2", "ATMOST"]), atmost(1, Some(2)));
+        assert_eq!(opts(&["MIN", "2"]), Err(ERR_MIN_ATMOST));
     }
 
     #[test]
@@ -1174,6 +1273,40 @@ mod tests {
         );
         assert_eq!(err("TB.MCONSUME 1 a 1 5 1 RESERVE x"), ERR_WAIT.into());
         assert_eq!(err("TB.MCONSUME 2 a a 1 5 1 1 5 1"), ERR_DUPLICATE.into());
+        let a =
+            mconsume_args(&argv("TB.MCONSUME 2 a b 1 50 40 1 30 40 atmost min 30")[..]).unwrap();
+        assert_eq!((a.reserve_ms, a.atmost), (None, Some(30)));
+        let a = mconsume_args(&argv("TB.MCONSUME 2 a b 1 50 40 1 3 1 ATMOST MIN 40")[..]).unwrap();
+        assert_eq!(
+            a.atmost,
+            Some(40),
+            "the chunk is checked against the largest n's parts"
+        );
+        let a = mconsume_args(&argv("TB.MCONSUME 1 a 1 5 1 ATMOST")[..]).unwrap();
+        assert_eq!(a.atmost, Some(1));
+        let a = mconsume_args(&argv("TB.MCONSUME 1 a 1 0 1 ATMOST")[..]).unwrap();
+        assert_eq!(
+            a.atmost,
+            Some(1),
+            "plain ATMOST on capacity 0: no MIN to check"
+        );
+        assert_eq!(
+            err("TB.MCONSUME 2 a b 1 50 40 1 30 40 ATMOST MIN 31"),
+            ERR_MIN.into()
+        );
+        assert_eq!(err("TB.MCONSUME 1 a 1 5 1 ATMOST MIN 0"), ERR_MIN.into());
+        assert_eq!(
+            err("TB.MCONSUME 1 a 1 5 1 ATMOST MIN"),
+            ERR_MCONSUME_OPTION.into()
+        );
+        assert_eq!(
+            err("TB.MCONSUME 1 a 1 5 1 ATMOST RESERVE 5"),
+            ERR_MCONSUME_OPTION.into()
+        );
+        assert_eq!(
+            consume_args(&argv("TB.CONSUME k 1 5 9 ATMOST MIN 6")[..]),
+            Err(ArgsError::Invalid(ERR_MIN))
+        );
         assert_eq!(numkeys(b"3"), Some(3));
         assert_eq!(numkeys(b"0"), None);
     }

@@ -101,7 +101,7 @@ fn command_docs_describe_every_command() {
         (
             "tb.mconsume",
             -6,
-            &["numkeys", "key", "limit", "lease", "reserve-ms"],
+            &["numkeys", "key", "limit", "mode", "lease"],
         ),
         ("tb.refund", 3, &["key", "n"]),
         ("tb.release", -3, &["key", "lease-id", "used"]),
@@ -288,6 +288,24 @@ fn cluster_clients_reach_every_command() {
         .query(&mut cc)
         .unwrap();
     assert_eq!(mc, [1, 0, 9, 700]);
+    // The partial form, a per-user and a global byte cap in one slot: both
+    // give the same grant (700 is all the second holds), at least the chunk.
+    let mc: Vec<i64> = redis::cmd("TB.MCONSUME")
+        .arg(2)
+        .arg("{tenant7}:user-bytes")
+        .arg("{tenant7}:global-bytes")
+        .arg(0)
+        .arg(5000)
+        .arg(1000)
+        .arg(0)
+        .arg(700)
+        .arg(1000)
+        .arg("ATMOST")
+        .arg("MIN")
+        .arg(500)
+        .query(&mut cc)
+        .unwrap();
+    assert_eq!(mc, [1, 0, 4300, 0, 700]);
     let ok: String = redis::cmd("TB.SETSTATE")
         .arg("state:1")
         .arg(5_000_000_000i64)

@@ -394,6 +394,24 @@ fn info_counters_and_resetstat() {
     assert_eq!(i["tb_peeks"], 1);
     assert_eq!(i["tb_never_satisfiable"], 2);
     assert_eq!(i["tb_tokens_granted"], 8);
+    // A shared ATMOST grant: 7 from each byte bucket and the counter's 1.
+    let mc: Vec<i64> = redis::cmd("TB.MCONSUME")
+        .arg(3)
+        .arg("{m}a")
+        .arg("{m}b")
+        .arg("{m}c")
+        .arg(
+            &[
+                "0", "7", "20", "0", "9", "20", "0", "3", "1", "ATMOST", "MIN", "5",
+            ][..],
+        )
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(mc, [1, 0, 0, 2, 2, 7]);
+    let i = info_tb(&mut c);
+    assert_eq!(i["tb_partial_grants"], 1);
+    assert_eq!(i["tb_tokens_granted"], 8 + 15);
+    assert_eq!(i["tb_calls"], 7);
     let _: () = redis::cmd("TB.CONFIG")
         .arg("RESETSTAT")
         .query(&mut c)
@@ -435,6 +453,55 @@ fn bad_input_is_rejected_and_changes_nothing() {
         (
             vec![b"TB.CONSUME", b"b", b"1", b"5", b"ATMOST", b"BLOCK", b"5"],
             "ATMOST cannot be combined",
+        ),
+        (
+            vec![
+                b"TB.CONSUME",
+                b"b",
+                b"1",
+                b"5",
+                b"9",
+                b"ATMOST",
+                b"MIN",
+                b"6",
+            ],
+            "ERR MIN takes a chunk, an integer from 1 to capacity",
+        ),
+        (
+            vec![b"TB.CONSUME", b"b", b"1", b"5", b"9", b"MIN", b"2"],
+            "ERR MIN needs ATMOST",
+        ),
+        (
+            vec![
+                b"TB.MCONSUME",
+                b"2",
+                b"{b}1",
+                b"{b}2",
+                b"1",
+                b"5",
+                b"9",
+                b"1",
+                b"3",
+                b"9",
+                b"ATMOST",
+                b"MIN",
+                b"4",
+            ],
+            "ERR MIN takes a chunk",
+        ),
+        (
+            vec![
+                b"TB.MCONSUME",
+                b"1",
+                b"b",
+                b"1",
+                b"5",
+                b"9",
+                b"ATMOST",
+                b"RESERVE",
+                b"5",
+            ],
+            "TB.MCONSUME takes RESERVE ms, or ATMOST [MIN chunk]",
         ),
         (vec![b"TB.CONSUME"], "wrong number of arguments"),
         (vec![b"TB.CONSUME", b"b", b"-1", b"5"], "rate must be"),

@@ -124,8 +124,8 @@ fn wild_arg(rng: &mut Rng) -> Vec<u8> {
             .to_vec(),
         6 => rng
             .pick(&[
-                "RESERVE", "BLOCK", "ATMOST", "reserve", "block", "atmost", "RESERVEX", "LEASE",
-                "lease", "USED",
+                "RESERVE", "BLOCK", "ATMOST", "reserve", "block", "atmost", "RESERVEX", "MIN",
+                "min", "LEASE", "lease", "USED",
             ])
             .as_bytes()
             .to_vec(),
@@ -184,8 +184,13 @@ fn fixed_command(rng: &mut Rng, may_block: bool) -> Cmd {
             } else {
                 args.push(n.to_string().into_bytes());
             }
-            match rng.below(5) {
+            match rng.below(6) {
                 0 => args.push(s(rng.pick(&["ATMOST", "atmost"]))),
+                5 if cap > 0 => args.extend([
+                    s("ATMOST"),
+                    s(rng.pick(&["MIN", "min"])),
+                    (1 + rng.below(cap)).to_string().into_bytes(),
+                ]),
                 1 => args.extend([
                     s(rng.pick(&["RESERVE", "reserve"])),
                     rng.below(FIXED_MAX_WAIT_MS + 1).to_string().into_bytes(),
@@ -240,6 +245,9 @@ fn fixed_command(rng: &mut Rng, may_block: bool) -> Cmd {
                     s("RESERVE"),
                     rng.below(FIXED_MAX_WAIT_MS + 1).to_string().into_bytes(),
                 ]);
+            } else if rng.chance(3) {
+                // A chunk of 1 fits every capacity (a larger one may not).
+                args.extend([s("ATMOST"), s("MIN"), s("1")]);
             }
         }
     }

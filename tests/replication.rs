@@ -28,6 +28,33 @@ fn workload(c: &mut Connection, round: u64) {
             .query(c)
             .unwrap();
     }
+    // Partial grants of at least a chunk, alone and shared by two buckets:
+    // whatever each grants, the replica gets the resulting state.
+    let _: Vec<i64> = redis::cmd("TB.CONSUME")
+        .arg("bw")
+        .arg("1e-3")
+        .arg(500)
+        .arg(400)
+        .arg("ATMOST")
+        .arg("MIN")
+        .arg(100)
+        .query(c)
+        .unwrap();
+    let _: Vec<i64> = redis::cmd("TB.MCONSUME")
+        .arg(2)
+        .arg("{p}user")
+        .arg("{p}global")
+        .arg("1e-3")
+        .arg(300)
+        .arg(250)
+        .arg("1e-3")
+        .arg(200)
+        .arg(250)
+        .arg("ATMOST")
+        .arg("MIN")
+        .arg(50)
+        .query(c)
+        .unwrap();
     // A bucket that is full again after a capacity cut is deleted
     // (replicated as `TB.SETSTATE full DEL`).
     let _: Vec<i64> = redis::cmd("TB.CONSUME")

@@ -1,11 +1,12 @@
 """A download server that caps bandwidth per user, with a global cap on top.
 
 Tokens are bytes. Every stream goes through the shipped
-``tb_limiter.stream.pace``: 64 KiB chunks, each taken from the user's bucket
-(and the global one, in the same TB.MCONSUME, all or nothing) before it is
-sent: one reservation and one sleep per chunk, so a stream makes
-rate / 64 KiB calls per second whatever its backlog, and reservations queue
-first come, first served, so users share the global cap fairly.
+``tb_limiter.stream.pace``: 64 KiB chunks, taken from the user's bucket (and
+the global one, in the same TB.MCONSUME, one grant from both) before they are
+sent, with ATMOST MIN chunk: a grant is at least a chunk, and a stream that
+finds less waits for a chunk without holding anything, so a stream makes at
+most rate / 64 KiB calls per second whatever its backlog, and users sharing
+the global cap each get their turn.
 
 Tiers: normal 10 MB/s, premium 50 MB/s, global 100 MB/s by default; each
 bucket's burst is a tenth of a second of its rate (at least one chunk): over

@@ -4,7 +4,8 @@ rate, and never exceed burst + rate * T. The rates are smaller than the
 example's 10 and 50 MB/s (2 and 8 MB/s) to keep the test short and steady
 on a loaded 2-core machine; each download lasts about 3 s, so the initial
 burst (a tenth of a second of the rate) adds about 3%. The server runs in
-its own uvicorn process, and makes one limiter call per 64 KiB chunk."""
+its own uvicorn process, and makes at most one limiter call per 64 KiB
+chunk (ATMOST MIN chunk: no call is wasted on a denial)."""
 
 from __future__ import annotations
 
@@ -97,8 +98,10 @@ def test_each_user_gets_their_rate(serve: Callable[[int | None], str], module_se
         print(f"{user}: {got / secs / MB:.3f} MB/s (configured {rate / MB} MB/s)")
         assert got <= burst(rate) + rate * secs, "never more than burst + rate * T"
         assert within_10_percent(got / secs, rate), f"{user}: {got / secs / MB:.2f} MB/s, configured {rate / MB} MB/s"
-    # one call per 64 KiB chunk, whatever the backlog: no retries on denials
-    assert limiter_calls(module_server) == sum(math.ceil(n / CHUNK) for n in sizes.values())
+    # at most one call per 64 KiB chunk, whatever the backlog: no retries on
+    # denials (a call may grant several chunks when the bucket holds them)
+    calls = limiter_calls(module_server)
+    assert 0 < calls <= sum(math.ceil(n / CHUNK) for n in sizes.values())
 
 
 def test_global_cap_holds_across_users(serve: Callable[[int | None], str]) -> None:
@@ -111,6 +114,7 @@ def test_global_cap_holds_across_users(serve: Callable[[int | None], str]) -> No
     print(f"global: {total / secs / MB:.3f} MB/s (cap {global_rate / MB} MB/s)")
     assert total <= burst(global_rate) + global_rate * secs
     assert within_10_percent(total / secs, global_rate), f"{total / secs / MB:.2f} MB/s in all"
-    # first come, first served: neither premium user starves the other
+    # each stream waits for a chunk and takes what is there: neither premium
+    # user starves the other
     for user, (got, s) in result.items():
         assert s <= secs and got / s >= 0.35 * global_rate, f"{user}: {got / s / MB:.2f} MB/s"

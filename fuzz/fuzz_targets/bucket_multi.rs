@@ -1,6 +1,7 @@
 //! Sequences of TB.MCONSUME (`bucket::consume_all`) over up to four keys,
 //! from any valid starting states, with the clock moving anywhere and limits
-//! changing between calls.
+//! changing between calls, all or nothing, with RESERVE, or with `ATMOST MIN
+//! chunk` (the parts with the largest `n` share one grant).
 //!
 //! After every call: all or nothing (either every bucket gave its `n` or no
 //! bucket's tokens changed); the decision agrees with asking each bucket
@@ -27,10 +28,18 @@ struct RawPart {
     n: RawAmount,
 }
 
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum RawMode {
+    All,
+    Reserve(u32),
+    /// `ATMOST MIN chunk`.
+    AtMost(u8),
+}
+
 #[derive(Arbitrary, Debug)]
 struct Op {
     parts: Vec<RawPart>,
-    reserve_ms: Option<u32>,
+    mode: RawMode,
     step: Step,
 }
 
@@ -76,15 +85,29 @@ fuzz_target!(|input: Input| {
         if parts.is_empty() {
             continue;
         }
-        let (mode, max_wait_us) = match op.reserve_ms {
-            None => (Mode::All, 0),
-            Some(ms) => {
+        let (mode, max_wait_us) = match op.mode {
+            RawMode::All => (Mode::All, 0),
+            RawMode::Reserve(ms) => {
                 let us = wait_ms(ms) * 1000;
                 (Mode::Reserve { max_wait_us: us }, us)
             }
+            RawMode::AtMost(min) => (
+                Mode::AtMost {
+                    min: u64::from(min).max(1),
+                },
+                0,
+            ),
         };
         let o = bucket::consume_all(&parts, mode, now);
         assert_eq!(o.buckets.len(), parts.len());
+        let big = parts.iter().map(|p| p.n).max().unwrap_or(0);
+        // With ATMOST, the parts asking for the largest n share the grant.
+        let least = match mode {
+            Mode::AtMost { min } if big > 0 => Some(min.min(big)),
+            _ => None,
+        };
+        let quantity = |p: &Part| least.is_some() && p.n == big;
+        let mut share = big;
 
         // What each bucket holds before taking anything, and how long each
         // part would wait on its own.
@@ -97,21 +120,33 @@ fuzz_target!(|input: Input| {
                 }
                 None => Bucket::full(p.limits, now),
             };
-            let taken = if o.allowed {
-                i128::from(p.n) * NANOS
-            } else {
-                0
+            let taken = match (o.allowed, quantity(p)) {
+                (false, _) => 0,
+                (true, true) => o.granted,
+                (true, false) => p.n,
             };
-            assert_eq!(o.buckets[i].tokens, pre.tokens - taken, "all or nothing");
+            assert_eq!(o.taken[i], taken, "{o:?}");
+            assert_eq!(
+                o.buckets[i].tokens,
+                pre.tokens - i128::from(taken) * NANOS,
+                "all or nothing"
+            );
             assert_eq!(o.buckets[i].limits(), p.limits);
             let changed = p.stored.is_some_and(|s| s.limits() != p.limits);
-            assert_eq!(o.dirty[i], changed || (o.allowed && p.n > 0));
+            assert_eq!(o.dirty[i], changed || taken > 0);
             assert_eq!(o.remaining[i], o.buckets[i].whole_tokens(now));
-            waits.push(if p.n > pre.capacity {
-                None
-            } else {
-                pre.micros_until(i128::from(p.n.max(1)) * NANOS, now)
+            waits.push(match least {
+                Some(m) if quantity(p) => {
+                    share = share.min(pre.whole_tokens(now));
+                    pre.micros_until(i128::from(m) * NANOS, now)
+                }
+                _ if p.n > pre.capacity => None,
+                _ => pre.micros_until(i128::from(p.n.max(1)) * NANOS, now),
             });
+        }
+        if let (Some(m), true) = (least, o.allowed) {
+            assert_eq!(o.granted, share, "the grant is what every quantity part has");
+            assert!(o.granted >= m && o.granted <= big, "{o:?}");
         }
         let slowest = waits.iter().try_fold(0u64, |a, w| w.map(|w| a.max(w)));
         let expect_allowed = slowest.is_some_and(|w| w == 0 || w <= max_wait_us);
@@ -135,8 +170,9 @@ fuzz_target!(|input: Input| {
                         ..*p
                     })
                     .collect();
+                let retry = if least.is_some() { mode } else { Mode::All };
                 assert!(
-                    bucket::consume_all(&again, Mode::All, t).allowed,
+                    bucket::consume_all(&again, retry, t).allowed,
                     "optimistic retry"
                 );
             }
@@ -145,7 +181,7 @@ fuzz_target!(|input: Input| {
             let key = &mut keys[which[i]];
             if o.dirty[i] {
                 if o.allowed {
-                    key.grant(p.n);
+                    key.grant(o.taken[i]);
                     if o.retry_after_ms > 0 {
                         key.reserve_allowed(p.limits.rate, max_wait_us);
                     }

@@ -23,7 +23,8 @@ use tb::bucket::{self, Bucket, Kind, Limits, Mode, NANOS};
 #[derive(Arbitrary, Debug, Clone, Copy)]
 enum RawMode {
     All,
-    AtMost,
+    /// `ATMOST MIN chunk` (`chunk` 1 is plain ATMOST).
+    AtMost(u8),
     Reserve(u32),
 }
 
@@ -58,7 +59,12 @@ fn later(now: i64, ms: i64) -> Option<i64> {
 fn consume(key: &mut Key, l: Limits, n: u64, raw: RawMode, now: i64) {
     let (mode, max_wait_us) = match raw {
         RawMode::All => (Mode::All, 0),
-        RawMode::AtMost => (Mode::AtMost, 0),
+        RawMode::AtMost(min) => (
+            Mode::AtMost {
+                min: u64::from(min).clamp(1, l.capacity.max(1)),
+            },
+            0,
+        ),
         RawMode::Reserve(ms) => {
             let us = wait_ms(ms) * 1000;
             (Mode::Reserve { max_wait_us: us }, us)
@@ -101,8 +107,8 @@ fn consume(key: &mut Key, l: Limits, n: u64, raw: RawMode, now: i64) {
         }
         Kind::Allowed => {
             assert!(n > 0 && o.retry_after_ms == 0, "{o:?}");
-            if matches!(mode, Mode::AtMost) {
-                assert!(o.granted >= 1, "{o:?}");
+            if let Mode::AtMost { min } = mode {
+                assert!(o.granted >= min.min(n), "a grant below the chunk: {o:?}");
             } else {
                 assert_eq!(o.granted, n);
             }
@@ -127,8 +133,11 @@ fn consume(key: &mut Key, l: Limits, n: u64, raw: RawMode, now: i64) {
             assert_eq!(o.granted, 0);
             let retry = o.retry_after_ms;
             assert!(retry >= 1, "{o:?}");
-            // AtMost waits for one token, the others for all n.
-            let want = if matches!(mode, Mode::AtMost) { 1 } else { n };
+            // AtMost waits for its chunk (or n), the others for all n.
+            let want = match mode {
+                Mode::AtMost { min } => min.min(n),
+                _ => n,
+            };
             if let Some(t) = later(now, retry) {
                 let again = bucket::consume(Some(&o.bucket), l, want, Mode::All, t);
                 assert_eq!(again.kind, Kind::Allowed, "retry_after_ms was optimistic");

@@ -5,6 +5,8 @@
 //!   after `capacity`;
 //! - TB.MCONSUME: one request per key, `numkeys` keys, no key twice, and a
 //!   duplicate refusal only when two keys are equal (checked pairwise);
+//!   `RESERVE` or `ATMOST [MIN chunk]`, never both, the chunk within the
+//!   capacity of every part asking for the largest n;
 //! - CL.THROTTLE: capacity `max_burst + 1` and quantity within 2^53;
 //! - TB.SETSTATE: a valid bucket that reads back the same from its compact
 //!   form, or the deletion form `key DEL`;
@@ -36,6 +38,7 @@ fuzz_target!(|data: &[u8]| {
         0 => {
             if let Ok(c) = parse::consume_args(a) {
                 assert!(a.len() >= 4 && c.limits.capacity <= MAX_AMOUNT);
+                assert!(c.options.min.is_none_or(|m| m >= 1 && m <= c.limits.capacity));
                 let (ttl, rest) = parse::split_lease(&a[4..]).expect("LEASE was valid");
                 assert_eq!(ttl, c.lease_ttl_ms, "{a:?}");
                 let opts = parse::consume_options(rest.into_iter());
@@ -51,11 +54,31 @@ fuzz_target!(|data: &[u8]| {
                 let k = m.requests.len();
                 assert!(k >= 1 && k as u64 <= MAX_KEYS, "{a:?}");
                 let leased = m.leases.iter().flatten().count();
-                let extra = if m.reserve_ms.is_some() { 2 } else { 0 } + 3 * leased;
                 for (l, r) in m.leases.iter().zip(&m.requests) {
                     assert!(l.is_none_or(|ttl| (1..=MAX_TTL_MS).contains(&ttl) && r.n >= 1));
                 }
-                assert_eq!(a.len(), 2 + 4 * k + extra, "{a:?}");
+                assert!(leased == 0 || m.atmost.is_none(), "LEASE with ATMOST: {a:?}");
+                let reserve = if m.reserve_ms.is_some() { 2 } else { 0 };
+                let rest = a.len() - (2 + 4 * k) - reserve - 3 * leased;
+                let extra = match (m.reserve_ms, m.atmost) {
+                    (Some(_), Some(_)) => panic!("RESERVE with ATMOST: {a:?}"),
+                    (_, Some(_)) => {
+                        assert!(rest == 1 || rest == 3, "{a:?}");
+                        rest
+                    }
+                    (_, None) => {
+                        assert_eq!(rest, 0, "{a:?}");
+                        0
+                    }
+                };
+                assert_eq!(a.len(), 2 + 4 * k + reserve + 3 * leased + extra, "{a:?}");
+                if let (Some(c), 3) = (m.atmost, extra) {
+                    let big = m.requests.iter().map(|r| r.n).max().unwrap_or(0);
+                    assert!(c >= 1, "{a:?}");
+                    for r in m.requests.iter().filter(|r| r.n == big) {
+                        assert!(c <= r.limits.capacity, "{a:?}");
+                    }
+                }
                 assert!(m.reserve_ms.is_none_or(|ms| ms <= MAX_WAIT_MS));
                 let keys = &a[2..2 + k];
                 for i in 0..k {

@@ -8,7 +8,8 @@
 use libfuzzer_sys::fuzz_target;
 use tb::bucket::MAX_AMOUNT;
 use tb::parse::{
-    self, ConsumeOptions, Wait, ERR_ATMOST_WAIT, ERR_N, ERR_OPTION, ERR_WAIT, MAX_WAIT_MS,
+    self, ConsumeOptions, Wait, ERR_ATMOST_WAIT, ERR_MIN, ERR_MIN_ATMOST, ERR_N, ERR_OPTION,
+    ERR_WAIT, MAX_WAIT_MS,
 };
 
 fn parse(args: &[Vec<u8>]) -> Result<ConsumeOptions, parse::ParseError> {
@@ -20,6 +21,9 @@ fn canonical(o: &ConsumeOptions) -> Vec<Vec<u8>> {
     let mut out = vec![o.n.to_string().into_bytes()];
     if o.atmost {
         out.push(b"ATMOST".to_vec());
+    }
+    if let Some(c) = o.min {
+        out.extend([b"MIN".to_vec(), c.to_string().into_bytes()]);
     }
     match o.wait {
         Wait::No => {}
@@ -46,11 +50,14 @@ fuzz_target!(|data: &[u8]| {
                     assert!(!o.atmost, "ATMOST with a wait: {o:?}");
                 }
             }
-            assert!(args.len() <= 3, "n and ATMOST or a wait, at most: {args:?}");
+            if let Some(c) = o.min {
+                assert!(o.atmost && (1..=MAX_AMOUNT).contains(&c), "{o:?}");
+            }
+            assert!(args.len() <= 4, "n, ATMOST and MIN chunk, or a wait, at most: {args:?}");
             assert_eq!(parse(&canonical(o)).as_ref(), Ok(o), "canonical form");
         }
         Err(e) => assert!(
-            [ERR_N, ERR_WAIT, ERR_OPTION, ERR_ATMOST_WAIT].contains(e),
+            [ERR_N, ERR_WAIT, ERR_OPTION, ERR_ATMOST_WAIT, ERR_MIN, ERR_MIN_ATMOST].contains(e),
             "unexpected error {e:?}"
         ),
     }

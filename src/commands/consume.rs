@@ -1,15 +1,16 @@
-//! `TB.CONSUME key rate capacity [n] [RESERVE ms | BLOCK ms] [ATMOST]
-//! [LEASE ttl-ms]`: take `n` tokens (default 1) from the bucket under `key`,
-//! refilled lazily at `rate` up to `capacity`. With `LEASE`, the tokens are
-//! lent: `TB.RELEASE` gives them back, or they come back `ttl-ms` later
-//! ([`crate::lease`]).
+//! `TB.CONSUME key rate capacity [n] [RESERVE ms | BLOCK ms] [ATMOST [MIN
+//! chunk]] [LEASE ttl-ms]`: take `n` tokens (default 1) from the bucket under
+//! `key`, refilled lazily at `rate` up to `capacity`. `ATMOST MIN chunk`
+//! grants at least `min(chunk, n)` tokens or nothing (a denial waits for that
+//! many). With `LEASE`, the tokens are lent: `TB.RELEASE` gives them back, or
+//! they come back `ttl-ms` later ([`crate::lease`]).
 //!
 //! Reply: `[allowed, remaining, retry_after_ms, reset_after_ms, granted]`,
 //! and with `LEASE` a sixth element, the lease id (0 when denied).
 
 use crate::bucket::{self, Kind, Mode};
-use crate::glue::command::{integer, key, one_of, pure_token, string, Access, Arity, Command};
-use crate::glue::command::{Keys, Spec};
+use crate::glue::command::{block, integer, key, one_of, pure_token, string, Access, Arity};
+use crate::glue::command::{Arg, Command, Keys, Spec};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
 use crate::glue::{blocking, clock, config, stats, top};
 use crate::lease;
@@ -40,11 +41,18 @@ impl Command for Consume {
                 ],
             )
             .optional(),
-            pure_token(c"atmost", c"ATMOST").optional(),
+            block(c"atmost", ATMOST_ARGS).optional(),
             integer(c"lease-ttl-ms").token(c"LEASE").optional(),
         ],
     };
 }
+
+/// `ATMOST [MIN chunk]` in the docs of both consume commands: a partial
+/// grant, of at least `chunk` tokens.
+pub const ATMOST_ARGS: &[Arg] = &[
+    pure_token(c"atmost", c"ATMOST"),
+    integer(c"chunk").token(c"MIN").optional(),
+];
 
 const ERR_CANNOT_BLOCK: &str =
     "ERR BLOCK cannot wait inside MULTI, a script, or on a client that cannot block: use RESERVE and wait on the client";
@@ -53,7 +61,9 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let a = parse::consume_args(args)?;
     let opts = a.options;
     let mode = match opts.wait {
-        Wait::No if opts.atmost => Mode::AtMost,
+        Wait::No if opts.atmost => Mode::AtMost {
+            min: opts.min.unwrap_or(1),
+        },
         Wait::No => Mode::All,
         Wait::Reserve(ms) | Wait::Block(ms) => {
             let max = config::max_wait_ms();
@@ -80,10 +90,12 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     if let (Some(ttl), Kind::Allowed) = (a.lease_ttl_ms, o.kind) {
         lease_id = key.leases().grant(opts.n, ttl, now).unwrap_or(0);
     }
-    let target = if opts.n == 0 || opts.atmost {
-        1
-    } else {
-        opts.n
+    // What a denial waits for: one token for a peek, the chunk (at most n)
+    // for ATMOST, else all n.
+    let target = match (opts.n, opts.atmost) {
+        (0, _) => 1,
+        (n, true) => opts.min.unwrap_or(1).min(n),
+        (n, false) => n,
     };
     lease::wait_with_leases(&mut o, &key.leases(), target, now);
     if o.dirty {

@@ -1,21 +1,29 @@
 //! `TB.MCONSUME numkeys key [key ...] rate capacity n [rate capacity n ...]
-//! [LEASE part ttl-ms ...] [RESERVE ms]`: all-or-nothing across several
-//! buckets (requests and tokens per minute, requests in flight, per tenant
-//! and per key): either every bucket gives its `n`, or none changes. All keys
-//! must hash to one slot in a cluster (use hash tags).
+//! [RESERVE ms | ATMOST [MIN chunk]] [LEASE part ttl-ms ...]`: all-or-nothing
+//! across several buckets (requests and tokens per minute, requests in
+//! flight, per tenant and per key): either every bucket gives its `n`, or
+//! none changes. With `ATMOST`, the parts with the largest `n` share one
+//! partial grant `g` (at least `min(chunk, n)`), taken from each of them (see
+//! [`bucket::consume_all`]). All keys must hash to one slot in a cluster (use
+//! hash tags).
 //!
 //! `LEASE part ttl-ms` lends part `part`'s tokens (1-based) instead of
-//! taking them (see [`crate::lease`]). A lease is never reserved: with
-//! `RESERVE`, leased parts must be available now while the other parts may
-//! reserve; if a leased part is short, the whole call is denied with the
-//! wait for the leased parts.
+//! taking them (see [`crate::lease`]). A lease is never reserved and never
+//! partial: with `RESERVE`, leased parts must be available now while the
+//! other parts may reserve; if a leased part is short, the whole call is
+//! denied with the wait for the leased parts; `ATMOST` with `LEASE` is an
+//! error.
 //!
-//! Reply: `[allowed, retry_after_ms, remaining_1, ..., remaining_k]`, and
-//! with any `LEASE` the lease id of every part after them (0 for a part
+//! Reply: `[allowed, retry_after_ms, remaining_1, ..., remaining_k]`; with
+//! `ATMOST` one more element, `granted` (`g`, 0 when denied); with any `LEASE`
+//! the lease id of every part after the remaining tokens (0 for a part
 //! without a lease, or when denied).
 
+use super::consume::ATMOST_ARGS;
 use crate::bucket::{self, Kind, Mode, Part};
-use crate::glue::command::{block, integer, key, string, Access, Arity, Command, Keys, Spec};
+use crate::glue::command::{
+    block, integer, key, one_of, string, Access, Arity, Command, Keys, Spec,
+};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
 use crate::glue::store::{BucketKey, Write};
 use crate::glue::{clock, config, stats, top};
@@ -41,11 +49,18 @@ impl Command for Mconsume {
                 &[string(c"rate"), integer(c"capacity"), integer(c"n")],
             )
             .multiple(),
+            one_of(
+                c"mode",
+                &[
+                    integer(c"reserve-ms").token(c"RESERVE"),
+                    block(c"atmost", ATMOST_ARGS),
+                ],
+            )
+            .optional(),
             block(c"lease", &[integer(c"part"), integer(c"lease-ttl-ms")])
                 .token(c"LEASE")
                 .optional()
                 .multiple(),
-            integer(c"reserve-ms").token(c"RESERVE").optional(),
         ],
     };
 }
@@ -53,10 +68,11 @@ impl Command for Mconsume {
 fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let a = parse::mconsume_args(args)?;
     let max = config::max_wait_ms();
-    let mode = match a.reserve_ms {
-        None => Mode::All,
-        Some(ms) if ms > max => return Err(CmdError::Owned(parse::err_wait_exceeds(max))),
-        Some(ms) => Mode::Reserve {
+    let mode = match (a.reserve_ms, a.atmost) {
+        (None, Some(min)) => Mode::AtMost { min },
+        (None, None) => Mode::All,
+        (Some(ms), _) if ms > max => return Err(CmdError::Owned(parse::err_wait_exceeds(max))),
+        (Some(ms), _) => Mode::Reserve {
             max_wait_us: ms * 1000,
         },
     };
@@ -97,7 +113,7 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     };
     let any_held = keys.iter().any(|key| !key.leases().held.is_empty());
     if (!o.allowed && any_held) || !short.is_empty() {
-        o.retry_after_ms = wait_with_leases(&parts, &o.buckets, &keys, &short, now);
+        o.retry_after_ms = wait_with_leases(&o.need, &o.buckets, &keys, &short, now);
     }
     let mut ids = vec![0u64; parts.len()];
     if o.allowed {
@@ -113,20 +129,20 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
             key.commit(b);
         }
     }
-    let tokens = if o.allowed {
-        parts.iter().map(|p| p.n).sum()
-    } else {
-        0
-    };
-    stats::record_multi(o.allowed, o.retry_after_ms, tokens);
-    top::record_multi(&parts, &o, now, |i| args.bytes(2 + i));
+    let asked = parts.iter().map(|p| p.n).max().unwrap_or(0);
+    let partial = a.atmost.is_some() && o.granted < asked;
+    stats::record_multi(o.allowed, o.retry_after_ms, o.taken.iter().sum(), partial);
+    top::record_multi(&o, now, |i| args.bytes(2 + i));
     let r = ctx.reply();
     let k = o.remaining.len();
-    r.array(if any_lease { 2 + 2 * k } else { 2 + k });
+    r.array(2 + k + usize::from(a.atmost.is_some()) + if any_lease { k } else { 0 });
     r.int(i64::from(o.allowed));
     r.int(o.retry_after_ms);
     for &left in &o.remaining {
         r.int(left as i64);
+    }
+    if a.atmost.is_some() {
+        r.int(o.granted as i64);
     }
     if any_lease {
         for &id in &ids {
@@ -136,25 +152,26 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     Ok(())
 }
 
-/// The wait of a denial counting the held leases' expiry: the longest over
+/// The wait of a denial counting the held leases' expiry (each part waits
+/// for what it `need`s): the longest over
 /// the parts in `only` (the leased parts short now), or over every part when
 /// `only` is empty; -1 if one of them can never succeed.
 fn wait_with_leases(
-    parts: &[Part],
+    need: &[u64],
     buckets: &[bucket::Bucket],
     keys: &[BucketKey<Write>],
     only: &[usize],
     now: i64,
 ) -> i64 {
-    let all: Vec<usize> = (0..parts.len()).collect();
+    let all: Vec<usize> = (0..need.len()).collect();
     let which = if only.is_empty() { &all[..] } else { only };
     let mut wait = 0u64;
     for &j in which {
-        let (p, b) = (&parts[j], &buckets[j]);
-        if p.n > b.capacity {
+        let b = &buckets[j];
+        if need[j] > b.capacity {
             return -1;
         }
-        let level = p.n.max(1) as i128 * bucket::NANOS;
+        let level = need[j] as i128 * bucket::NANOS;
         match keys[j].leases().micros_until(b, level, now) {
             Some(us) => wait = wait.max(us),
             None => return -1,

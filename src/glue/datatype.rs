@@ -71,7 +71,10 @@ struct Wide {
     bucket: Bucket,
 }
 
-const _: () = assert!(std::mem::size_of::<Wide>() == 64, "the wide form stays 64 bytes");
+const _: () = assert!(
+    std::mem::size_of::<Wide>() == 64,
+    "the wide form stays 64 bytes"
+);
 
 /// The leases as the wide form holds them.
 fn boxed(leases: &Leases) -> Option<Box<Leases>> {

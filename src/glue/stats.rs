@@ -126,11 +126,15 @@ pub fn record(o: &Outcome, n: u64) {
     }
 }
 
-/// Records one multi-bucket request.
-pub fn record_multi(allowed: bool, retry_after_ms: i64, tokens: u64) {
+/// Records one multi-bucket request; `partial`: an `ATMOST` request granted
+/// less than it asked.
+pub fn record_multi(allowed: bool, retry_after_ms: i64, tokens: u64, partial: bool) {
     CALLS.add(1);
     if allowed {
         ALLOWED.add(1);
+        if partial {
+            PARTIAL_GRANTS.add(1);
+        }
         TOKENS_GRANTED.add(tokens);
         record_wait(retry_after_ms);
         if retry_after_ms > 0 {

@@ -10,7 +10,7 @@
 use std::cell::RefCell;
 
 use super::entry::guard;
-use crate::bucket::{ceil_ms, Kind, MultiOutcome, Outcome, Part, NANOS};
+use crate::bucket::{ceil_ms, Kind, MultiOutcome, Outcome, NANOS};
 use crate::parse::TopMetric;
 use crate::topkeys::{Sketch, Summary};
 
@@ -70,34 +70,26 @@ pub fn record<'a>(o: &Outcome, now_us: i64, key: impl FnOnce() -> &'a [u8]) {
 }
 
 /// Records one `TB.MCONSUME` outcome: a denial counts for each bucket that
-/// lacked its `n`; a reservation adds to each bucket in debt the wait until
+/// lacked what it needed (its `n`, or the chunk of a shared `ATMOST` grant);
+/// a reservation adds to each bucket in debt the wait until
 /// that bucket is out of it. `key(i)` names part `i`.
 #[inline]
-pub fn record_multi<'a>(
-    parts: &[Part],
-    o: &MultiOutcome,
-    now_us: i64,
-    key: impl Fn(usize) -> &'a [u8],
-) {
+pub fn record_multi<'a>(o: &MultiOutcome, now_us: i64, key: impl Fn(usize) -> &'a [u8]) {
     if o.retry_after_ms != 0 {
-        record_multi_slow(parts, o, now_us, key);
+        record_multi_slow(o, now_us, key);
     }
 }
 
 #[cold]
-fn record_multi_slow<'a>(
-    parts: &[Part],
-    o: &MultiOutcome,
-    now_us: i64,
-    key: impl Fn(usize) -> &'a [u8],
-) {
-    for (i, (p, b)) in parts.iter().zip(&o.buckets).enumerate() {
+fn record_multi_slow<'a>(o: &MultiOutcome, now_us: i64, key: impl Fn(usize) -> &'a [u8]) {
+    for (i, b) in o.buckets.iter().enumerate() {
         if o.allowed {
             if let Some(us @ 1..) = b.micros_until(0, now_us) {
                 add(TopMetric::Waits, key(i), ceil_ms(us), now_us);
             }
-        } else if b.micros_until(p.n.max(1) as i128 * NANOS, now_us) != Some(0) {
-            // Short of its n (a part with n = 0, a peek, needs one token).
+        } else if b.micros_until(o.need[i] as i128 * NANOS, now_us) != Some(0) {
+            // Short of what it needed: its n (a peek, one token), or the
+            // chunk of a shared ATMOST grant.
             add(TopMetric::Denied, key(i), 1, now_us);
         }
     }

@@ -77,14 +77,23 @@ export declare class Result {
   readonly reply: number[];
 }
 
+/** `ATMOST [MIN chunk]`: a partial grant, of at least `chunk` (or all of n when smaller). */
+export interface AtMostOptions {
+  atmost?: boolean;
+  /** The smallest grant worth having (needs `atmost`); at most the capacity. */
+  chunk?: Amount;
+}
+
 /** The reply of TB.MCONSUME. */
 export declare class MultiResult {
-  constructor(allowed: boolean, retryAfterMs: number, remaining: number[]);
-  static fromReply(reply: ReadonlyArray<unknown>): MultiResult;
+  constructor(allowed: boolean, retryAfterMs: number, remaining: number[], granted?: number | null);
+  static fromReply(reply: ReadonlyArray<unknown>, atmost?: boolean): MultiResult;
   readonly allowed: boolean;
   readonly retryAfterMs: number;
   /** Whole tokens left in each bucket, in order. */
   readonly remaining: ReadonlyArray<number>;
+  /** With `atmost`: the grant of every part asking for the largest n (0 when denied); else null. */
+  readonly granted: number | null;
   readonly never: boolean;
   readonly retryAfter: number;
   readonly reply: number[];
@@ -137,8 +146,14 @@ export declare class Limiter {
   bucket(key: Key, rate: Rate, capacity: Amount): TokenBucket;
   /** One command (`TB.CONSUME`, `TB.MCONSUME`, `TB.REFUND`, `TB.INFO`), raw reply. */
   execute(name: string, keys: ReadonlyArray<Key>, args: ReadonlyArray<string | number | bigint>): Promise<unknown>;
-  /** TB.MCONSUME: all or nothing; with `maxWaitMs`, a reservation. */
-  consumeMany(parts: Iterable<readonly [TokenBucket, Amount]>, options?: ReserveOptions): Promise<MultiResult>;
+  /**
+   * TB.MCONSUME: all or nothing; with `maxWaitMs`, a reservation; with
+   * `atmost` (and `chunk`), one shared partial grant of at least `chunk`.
+   */
+  consumeMany(
+    parts: Iterable<readonly [TokenBucket, Amount]>,
+    options?: ReserveOptions & AtMostOptions,
+  ): Promise<MultiResult>;
   /** Takes every part at once, waiting up to `timeoutMs`. */
   acquireMany(
     parts: Iterable<readonly [TokenBucket, Amount]>,
@@ -155,8 +170,8 @@ export declare class TokenBucket {
   /** The rate as sent (`'0.5'`, `'100/m'`). */
   readonly rate: string;
   readonly capacity: number;
-  /** Takes n tokens now or none (`atmost`: as many whole tokens as are there, at least one). */
-  consume(n?: Amount, options?: { atmost?: boolean }): Promise<Result>;
+  /** Takes n tokens now or none (`atmost`: as many whole tokens as are there, at least `chunk`, default 1). */
+  consume(n?: Amount, options?: AtMostOptions): Promise<Result>;
   /** Whether a request would be served now; changes nothing. */
   peek(): Promise<Result>;
   /** RESERVE: take the tokens now (into debt) if due within `maxWaitMs`; wait `retryAfterMs`, then proceed. */
@@ -175,6 +190,8 @@ export declare class TokenBucket {
   release(leaseId: Amount): Promise<number | null>;
   /** TB.RELEASE ... USED: settles a lease once; negative when an overrun was charged; null if not held. */
   settle(leaseId: Amount, used: Amount): Promise<number | null>;
+  /** Batches of this bucket's tokens handed out locally, for a hot key. */
+  batched(batch: number, options?: BatchOptions): Batcher;
 }
 
 export interface LeaseOptions {
@@ -183,4 +200,33 @@ export interface LeaseOptions {
   /** How long to keep trying for it (default: until granted or never possible). */
   timeoutMs?: number;
   signal?: AbortSignal;
+}
+
+export interface BatchOptions {
+  /** Give back what is held after this long with no request (default 50). */
+  holdMs?: number;
+  /** Give back what is held at the latest this long after it was taken (default 500). */
+  maxHoldMs?: number;
+}
+
+/**
+ * Hot keys: tokens handed out locally from batches taken in one call
+ * (`ATMOST batch MIN n`); the global bound stays exact, and what is held goes
+ * back after `holdMs` idle, on close, and at the latest `maxHoldMs` after it
+ * was taken.
+ */
+export declare class Batcher {
+  constructor(bucket: TokenBucket, batch: number, options?: BatchOptions);
+  readonly bucket: TokenBucket;
+  /** Tokens taken from the server and not handed out yet. */
+  readonly held: number;
+  readonly handedOut: number;
+  readonly batches: number;
+  readonly givenBack: number;
+  /** null when served from the batch; else the reply of the call that took a new one. */
+  consume(n?: number): Promise<Result | null>;
+  /** Takes n tokens, sleeping between calls; throws RateLimited past `timeoutMs`. */
+  acquire(n?: number, options?: { timeoutMs?: number }): Promise<void>;
+  /** Gives back what is held. */
+  close(): Promise<void>;
 }

@@ -152,18 +152,24 @@ export class Result {
   }
 }
 
-/** The reply of TB.MCONSUME: `[allowed, retry_after_ms, remaining_1, ...]`. */
+/**
+ * The reply of TB.MCONSUME: `[allowed, retry_after_ms, remaining_1, ...]`,
+ * and with ATMOST one more, `granted`.
+ */
 export class MultiResult {
-  constructor(allowed, retryAfterMs, remaining) {
+  constructor(allowed, retryAfterMs, remaining, granted = null) {
     this.allowed = allowed;
     this.retryAfterMs = retryAfterMs;
     this.remaining = Object.freeze(remaining);
+    /** With `atmost`: the grant of every part asking for the largest n; else null. */
+    this.granted = granted;
     Object.freeze(this);
   }
 
-  static fromReply(reply) {
+  static fromReply(reply, atmost = false) {
     const [a, retry, ...remaining] = reply.map(int);
-    return new MultiResult(a === 1, retry, remaining);
+    const granted = atmost ? remaining.pop() : null;
+    return new MultiResult(a === 1, retry, remaining, granted);
   }
 
   /** True when some bucket can never give its n. */
@@ -176,7 +182,8 @@ export class MultiResult {
   }
 
   get reply() {
-    return [this.allowed ? 1 : 0, this.retryAfterMs, ...this.remaining];
+    const extra = this.granted === null ? [] : [this.granted];
+    return [this.allowed ? 1 : 0, this.retryAfterMs, ...this.remaining, ...extra];
   }
 }
 
@@ -394,18 +401,19 @@ export class Limiter {
    * all will have refilled by then, and `retryAfterMs` is the wait before
    * proceeding. In a cluster the keys must share a slot (`{tenant}:rpm`).
    */
-  async consumeMany(parts, { maxWaitMs } = {}) {
-    const { reply } = await this._consumeMany(parts, maxWaitMs);
-    return MultiResult.fromReply(reply);
+  async consumeMany(parts, { maxWaitMs, atmost = false, chunk } = {}) {
+    if (atmost && maxWaitMs !== undefined) throw new RangeError('atmost cannot be combined with maxWaitMs');
+    const { reply } = await this._consumeMany(parts, maxWaitMs, atmostArgs(atmost, chunk));
+    return MultiResult.fromReply(reply, atmost);
   }
 
-  _consumeMany(parts, maxWaitMs) {
+  _consumeMany(parts, maxWaitMs, extra = []) {
     const items = [...parts];
     if (items.length === 0) throw new RangeError('consumeMany needs at least one [bucket, n] pair');
     const keys = items.map(([b]) => b.key);
     const args = items.flatMap(([b, n]) => [b.rate, b._capacityArg, amountArg(n)]);
     if (maxWaitMs === undefined) {
-      return this._run(this._conn, 'TB.MCONSUME', keys, args).then((reply) => ({ reply, windowMs: 0 }));
+      return this._run(this._conn, 'TB.MCONSUME', keys, [...args, ...extra]).then((reply) => ({ reply, windowMs: 0 }));
     }
     return this._withWait(waitArg(maxWaitMs, 'maxWaitMs'), (w) =>
       this._run(this._conn, 'TB.MCONSUME', keys, [...args, 'RESERVE', String(w)]),
@@ -480,6 +488,13 @@ export class Limiter {
   }
 }
 
+/** `ATMOST [MIN chunk]`, or nothing; a chunk needs `atmost`. */
+function atmostArgs(atmost, chunk) {
+  if (chunk !== undefined && !atmost) throw new RangeError('chunk is the smallest grant of atmost: true');
+  if (!atmost) return [];
+  return chunk === undefined ? ['ATMOST'] : ['ATMOST', 'MIN', amountArg(chunk, 'chunk')];
+}
+
 /** One bucket: `limiter.bucket('llm:openai', '0.5', 1)`. */
 export class TokenBucket {
   constructor(limiter, key, rate, capacity) {
@@ -499,16 +514,26 @@ export class TokenBucket {
 
   /**
    * Takes `n` tokens now or none (`atmost`: as many whole tokens as are
-   * there, at least one; `granted` says how many). `n = 0` is a peek.
+   * there, at least `chunk` (default 1, or all of `n` when smaller), and a
+   * denial's wait is the wait for `chunk`; `granted` says how many). `n = 0`
+   * is a peek.
    */
-  async consume(n = 1, { atmost = false } = {}) {
-    const args = atmost ? this._args(n, 'ATMOST') : this._args(n);
+  async consume(n = 1, { atmost = false, chunk } = {}) {
+    const args = this._args(n, ...atmostArgs(atmost, chunk));
     return Result.fromReply(await this.limiter._run(this.limiter._conn, 'TB.CONSUME', [this.key], args));
   }
 
   /** Whether a request would be served now; changes nothing. */
   peek() {
     return this.consume(0);
+  }
+
+  /**
+   * Hands this bucket's tokens out locally from batches of up to `batch`
+   * taken in one call, for a hot key (see {@link Batcher}).
+   */
+  batched(batch, options = {}) {
+    return new Batcher(this, batch, options);
   }
 
   /**
@@ -700,5 +725,127 @@ export class TokenBucket {
   async info() {
     const reply = await this.limiter._run(this.limiter._conn, 'TB.INFO', [this.key], []);
     return reply === null ? null : BucketInfo.fromReply(reply);
+  }
+}
+
+/**
+ * Hot keys: a bucket's tokens handed out locally from batches of up to
+ * `batch` taken in one call (`TB.CONSUME ... ATMOST batch MIN n`), made by
+ * `bucket.batched(batch, { holdMs, maxHoldMs })`. Every token handed out was
+ * granted by the server, so the fleet's bound stays exact. What is held and
+ * not handed out goes back (TB.REFUND) after `holdMs` with no request, on
+ * `close()`, and at the latest `maxHoldMs` after it was taken: hoarding keeps
+ * tokens from other workers for at most `maxHoldMs`. One call at a time: a
+ * request that finds the batch empty while a call is on its way waits for it.
+ */
+export class Batcher {
+  constructor(bucket, batch, { holdMs = 50, maxHoldMs = 500 } = {}) {
+    if (!Number.isSafeInteger(batch) || batch < 1) throw new RangeError('batch must be an integer of at least 1');
+    if (batch > bucket.capacity) {
+      throw new RangeError(`batch (${batch}) must not exceed the bucket's capacity (${bucket.capacity})`);
+    }
+    if (!(holdMs >= 0 && holdMs <= maxHoldMs)) throw new RangeError('need 0 <= holdMs <= maxHoldMs');
+    this.bucket = bucket;
+    this.batch = batch;
+    this.holdMs = holdMs;
+    this.maxHoldMs = maxHoldMs;
+    /** Tokens taken from the server and not handed out yet. */
+    this.held = 0;
+    /** Tokens handed out, batches taken (one call each), tokens given back. */
+    this.handedOut = 0;
+    this.batches = 0;
+    this.givenBack = 0;
+    this._takenAt = 0;
+    this._lastUse = 0;
+    this._closed = false;
+    this._pending = null;
+    this._timer = null;
+  }
+
+  _serve(n) {
+    if (this._closed) throw new Error('the batcher is closed');
+    if (this.held < n) return false;
+    this.held -= n;
+    this.handedOut += n;
+    this._lastUse = Date.now();
+    return true;
+  }
+
+  /**
+   * Takes `n` tokens: from the batch when it has them (returns null, no
+   * call), else with one call that takes a new batch; returns that call's
+   * reply (`allowed`: the n tokens were handed out; `retryAfterMs`: when
+   * they could be).
+   */
+  async consume(n = 1) {
+    if (!Number.isSafeInteger(n) || n < 1) throw new RangeError('n must be an integer of at least 1');
+    if (this._serve(n)) return null;
+    while (this._pending) {
+      await this._pending.catch(() => {});
+      if (this._serve(n)) return null;
+    }
+    const want = Math.max(this.batch, n) - this.held;
+    this._pending = this.bucket.consume(want, { atmost: true, chunk: n - this.held });
+    let r;
+    try {
+      r = await this._pending;
+    } finally {
+      this._pending = null;
+    }
+    if (r.allowed && r.granted > 0) {
+      this.held += r.granted;
+      this.batches += 1;
+      this._takenAt = Date.now();
+      this._serve(n);
+      this._schedule();
+    }
+    return r;
+  }
+
+  /** Takes `n` tokens, sleeping between calls; RateLimited when never or past `timeoutMs`. */
+  async acquire(n = 1, { timeoutMs } = {}) {
+    const deadline = timeoutMs === undefined ? null : Date.now() + waitArg(timeoutMs, 'timeoutMs');
+    for (;;) {
+      const r = await this.consume(n);
+      if (r === null || r.allowed) return;
+      if (r.never || (deadline !== null && Date.now() + r.retryAfterMs > deadline)) {
+        throw new RateLimited(this.bucket.key, r);
+      }
+      await sleep(r.retryAfterMs);
+    }
+  }
+
+  /** Gives back what is held and stops the timer. Idempotent. */
+  async close() {
+    this._closed = true;
+    clearTimeout(this._timer);
+    await this._pending?.catch(() => {});
+    await this._giveBack();
+  }
+
+  _due() {
+    return Math.min(this._lastUse + this.holdMs, this._takenAt + this.maxHoldMs);
+  }
+
+  _schedule() {
+    clearTimeout(this._timer);
+    if (this.held === 0 || this._closed) return;
+    this._timer = setTimeout(() => {
+      if (Date.now() >= this._due()) {
+        this._giveBack().catch(() => {}); // a lost refund admits less, never more
+      } else {
+        this._schedule();
+      }
+    }, Math.max(0, this._due() - Date.now()));
+    this._timer.unref?.();
+  }
+
+  async _giveBack() {
+    const n = this.held;
+    this.held = 0;
+    if (n > 0) {
+      this.givenBack += n;
+      await this.bucket.refund(n);
+    }
   }
 }

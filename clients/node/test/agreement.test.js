@@ -297,6 +297,15 @@ const SEQUENCE = [
   [0, ['TB.CONSUME', 'r4', `0.${'0'.repeat(100_000)}1e100001`, '9', '1']],
   [0, ['TB.CONSUME', 'r5', '5e-0000000000000000000000000000003/d', '9', '1']],
   [0, ['TB.CONSUME', 'r6', '0e99999999999999999999999999', '9', '1']],
+  // ATMOST MIN chunk: a chunk or nothing, and the wait for the chunk
+  [0, ['TB.CONSUME', 'm', '10', '100', '100']],
+  [0, ['TB.CONSUME', 'm', '10', '100', '50', 'ATMOST', 'MIN', '20']],
+  [1_500_000, ['TB.CONSUME', 'm', '10', '100', '50', 'ATMOST', 'MIN', '20']],
+  [500_000, ['TB.CONSUME', 'm', '10', '100', '50', 'ATMOST', 'MIN', '20']],
+  [0, ['TB.CONSUME', 'm', '10', '100', '3', 'min', '20', 'atmost']],
+  [0, ['TB.MCONSUME', '3', '{s}u', '{s}g', '{s}r', '10', '100', '60', '5', '30', '60', '1', '10', '1', 'ATMOST', 'MIN', '20']],
+  [0, ['TB.MCONSUME', '3', '{s}u', '{s}g', '{s}r', '10', '100', '60', '5', '30', '60', '1', '10', '1', 'ATMOST', 'MIN', '20']],
+  [2_000_000, ['TB.MCONSUME', '3', '{s}u', '{s}g', '{s}r', '10', '100', '60', '5', '30', '60', '1', '10', '1', 'ATMOST']],
   // errors: the same message, nothing changes
   [0, ['TB.CONSUME', 'e', '-1', '5']],
   [0, ['TB.CONSUME', 'e', '1e', '5']],
@@ -314,6 +323,12 @@ const SEQUENCE = [
   [0, ['TB.MCONSUME', '2', 'e', 'f', '1', '5', '1']],
   [0, ['TB.MCONSUME', '2', 'e', 'e', '1', '5', '1', '1', '5', '1']],
   [0, ['TB.MCONSUME', '1', 'e', '1', '5', '1', 'BLOCK', '5']],
+  [0, ['TB.CONSUME', 'e', '1', '5', '9', 'ATMOST', 'MIN', '6']],
+  [0, ['TB.CONSUME', 'e', '1', '5', '9', 'ATMOST', 'MIN', '0']],
+  [0, ['TB.CONSUME', 'e', '1', '5', '9', 'MIN', '2']],
+  [0, ['TB.MCONSUME', '2', 'e', 'f', '1', '5', '9', '1', '3', '9', 'ATMOST', 'MIN', '4']],
+  [0, ['TB.MCONSUME', '1', 'e', '1', '5', '9', 'ATMOST', 'MIN']],
+  [0, ['TB.MCONSUME', '1', 'e', '1', '5', '9', 'ATMOST', 'RESERVE', '5']],
   [0, ['TB.REFUND', 'e', 'x']],
   [0, ['TB.INFO', 'e']],
 ];
@@ -462,11 +477,17 @@ function randomOperation(g) {
   const cap = randomCapacity(g);
   const n = g.pick([() => BigInt(g.int(0, 3)), () => g.big(0n, cap > 1n ? cap : 1n), () => cap + 1n, () => MAX_AMOUNT])();
   if (kind === 'mconsume') {
-    const opt = g.pick([[], ['RESERVE', '0'], ['RESERVE', '1000'], ['RESERVE', '60000']]);
-    return ['TB.MCONSUME', '2', '{x}a', '{x}b', rate, String(cap), String(n), randomRate(g), String(randomCapacity(g)),
-      String(g.int(0, 3)), ...opt];
+    const cap2 = randomCapacity(g);
+    const low = cap < cap2 ? cap : cap2;
+    const chunk = () => String(g.pick([() => BigInt(g.int(1, 5)), () => g.big(1n, low > 1n ? low : 1n)])());
+    const opt = g.pick([[], ['RESERVE', '0'], ['RESERVE', '1000'], ['RESERVE', '60000'], ['ATMOST'],
+      () => ['ATMOST', 'MIN', chunk()]]);
+    return ['TB.MCONSUME', '2', '{x}a', '{x}b', rate, String(cap), String(n), randomRate(g), String(cap2),
+      String(g.pick([() => g.int(0, 3), () => n])()), ...(typeof opt === 'function' ? opt() : opt)];
   }
-  const mode = g.pick([[], ['ATMOST'], ['RESERVE', '0'], ['RESERVE', '1000'], ['RESERVE', '60000']]);
+  const mode = g.pick([[], ['ATMOST'], ['RESERVE', '0'], ['RESERVE', '1000'], ['RESERVE', '60000'],
+    () => ['ATMOST', 'MIN', String(g.pick([() => BigInt(g.int(1, 5)), () => g.big(1n, cap > 1n ? cap : 1n)])())]]);
+  if (typeof mode === 'function') return ['TB.CONSUME', key, rate, String(cap), String(n), ...mode()];
   return ['TB.CONSUME', key, rate, String(cap), String(n), ...mode];
 }
 

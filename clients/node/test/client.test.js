@@ -79,6 +79,25 @@ for (const lib of LIBRARIES) {
         assert.equal(await tpm.settle(est.leaseId, 10), null, 'a settle applies once');
       });
 
+      test('atmost with a chunk grants a chunk or nothing, alone and shared', async () => {
+        const b = limiter.bucket('bw', FROZEN, 100);
+        assert.equal((await b.consume(70)).granted, 70);
+        const short = await b.consume(50, { atmost: true, chunk: 40 });
+        assert.deepEqual([short.allowed, short.granted, short.remaining], [false, 0, 30]);
+        assert.equal((await b.consume(50, { atmost: true, chunk: 20 })).granted, 30);
+        await assert.rejects(b.consume(5, { chunk: 2 }), RangeError);
+        const user = limiter.bucket('{u}:bw', FROZEN, 1000);
+        const global = limiter.bucket('{u}:global', FROZEN, 300);
+        const reqs = limiter.bucket('{u}:req', FROZEN, 10);
+        const m = await limiter.consumeMany([[user, 500], [global, 500], [reqs, 1]], { atmost: true, chunk: 64 });
+        assert.deepEqual(m, new MultiResult(true, 0, [700, 0, 9], 300));
+        assert.deepEqual(m.reply, [1, 0, 700, 0, 9, 300]);
+        const none = await limiter.consumeMany([[user, 500], [global, 500]], { atmost: true });
+        assert.deepEqual([none.allowed, none.granted], [false, 0]);
+        assert.ok(none.retryAfterMs > 1e9, 'the wait for one token at 1e-12 a second');
+        await assert.rejects(limiter.consumeMany([[user, 5]], { atmost: true, maxWaitMs: 10 }), RangeError);
+      });
+
       test('denials and peeks write nothing', async () => {
         const b = limiter.bucket('k', FROZEN, 3);
         assert.ok((await b.consume(4)).never);

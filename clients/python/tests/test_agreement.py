@@ -265,6 +265,31 @@ SEQUENCE: list[tuple[int, tuple[Any, ...]]] = [
     (0, ("TB.MCONSUME", "2", "{t}a", "{t}b", "0", "3", "1", "1e-12", "1000", "1", "RESERVE", "60000")),
     (0, ("TB.MCONSUME", "2", "{t}a", "{t}b", "0", "3", "0", "1e-12", "1000", "0")),  # peeks
     (0, ("TB.MCONSUME", "1", "{t}c", "1e-12", "0", "0")),
+    # ATMOST MIN chunk: a chunk or nothing, and the wait for the chunk.
+    (0, ("TB.CONSUME", "m", "10", "100", "100")),
+    (0, ("TB.CONSUME", "m", "10", "100", "50", "ATMOST", "MIN", "20")),
+    (1_500_000, ("TB.CONSUME", "m", "10", "100", "50", "ATMOST", "MIN", "20")),
+    (500_000, ("TB.CONSUME", "m", "10", "100", "50", "ATMOST", "MIN", "20")),
+    (0, ("TB.CONSUME", "m", "10", "100", "3", "min", "20", "atmost")),  # chunk > n: all of n
+    (700_000, ("TB.CONSUME", "m", "10", "100", "500", "ATMOST", "MIN", "100")),
+    (0, ("TB.CONSUME", "m", "0", "100", "50", "ATMOST", "MIN", "20")),  # rate 0: never
+    (0, ("TB.CONSUME", "m", "10", "100", "0", "ATMOST", "MIN", "20")),  # peek
+    (0, ("TB.MCONSUME", "3", "{s}u", "{s}g", "{s}r", "10", "100", "60", "5", "30", "60", "1", "10", "1",
+         "ATMOST", "MIN", "20")),
+    (0, ("TB.MCONSUME", "3", "{s}u", "{s}g", "{s}r", "10", "100", "60", "5", "30", "60", "1", "10", "1",
+         "ATMOST", "MIN", "20")),
+    (2_000_000, ("TB.MCONSUME", "3", "{s}u", "{s}g", "{s}r", "10", "100", "60", "5", "30", "60", "1", "10", "1",
+                 "ATMOST", "MIN", "20")),
+    (4_000_000, ("TB.MCONSUME", "3", "{s}u", "{s}g", "{s}r", "10", "100", "60", "5", "30", "60", "1", "10", "1",
+                 "atmost")),
+    (0, ("TB.MCONSUME", "2", "{s}u", "{s}g", "10", "100", "0", "5", "30", "0", "ATMOST")),  # peeks
+    (0, ("TB.MCONSUME", "2", "{s}u", "{s}z", "10", "100", "9", "0", "30", "9", "ATMOST")),
+    (0, ("TB.MCONSUME", "2", "{s}u", "{s}z", "10", "100", "9", "1", "0", "9", "ATMOST")),  # capacity 0: never
+    (0, ("TB.CONSUME", "m", "10", "100", "5", "ATMOST", "MIN", "0")),
+    (0, ("TB.MCONSUME", "2", "{s}u", "{s}g", "10", "100", "60", "5", "30", "60", "ATMOST", "MIN", "31")),
+    (0, ("TB.MCONSUME", "2", "{s}u", "{s}g", "10", "100", "60", "5", "30", "6", "ATMOST", "MIN", "31")),
+    (0, ("TB.MCONSUME", "1", "{s}u", "10", "100", "60", "ATMOST", "MIN")),
+    (0, ("TB.MCONSUME", "1", "{s}u", "10", "100", "60", "ATMOST", "RESERVE", "5")),
     # Every spelling of a rate in range, the same fraction.
     (0, ("TB.CONSUME", "r1", "1e0001", "20", "1")),
     (0, ("TB.CONSUME", "r1", "10", "20", "1")),
@@ -419,6 +444,8 @@ CAPACITIES = st.one_of(st.integers(0, 20), st.integers(0, MAX_AMOUNT), st.just(M
 STEPS = st.one_of(st.just(0), st.integers(-2 * SEC, 5 * SEC), st.integers(-40 * SEC, 40 * SEC),
                   st.integers(-400 * 86400 * SEC, 3 * 365 * 86400 * SEC))
 MODES = st.sampled_from([(), ("ATMOST",), ("RESERVE", "0"), ("RESERVE", "1000"), ("RESERVE", "60000")])
+# ATMOST MIN chunk, with a chunk from 1 to the capacity (one above is an error).
+CHUNKS = st.one_of(st.integers(1, 5), st.integers(1, MAX_AMOUNT))
 
 
 def valid_rate(rate: str) -> bool:
@@ -450,10 +477,17 @@ def operation(draw: st.DrawFn) -> tuple[Any, ...]:
     rate, cap = draw(RATES), draw(CAPACITIES)
     n = draw(st.one_of(st.integers(0, 3), st.integers(0, max(cap, 1)), st.just(cap + 1), st.just(MAX_AMOUNT)))
     if kind == "mconsume":
-        opt = draw(st.sampled_from([(), ("RESERVE", "0"), ("RESERVE", "1000"), ("RESERVE", "60000")]))
-        return ("TB.MCONSUME", 2, "{x}a", "{x}b", rate, cap, n, draw(RATES), draw(CAPACITIES),
-                draw(st.integers(0, 3)), *opt)
-    return ("TB.CONSUME", key, rate, cap, n, *draw(MODES))
+        opt = draw(st.sampled_from([(), ("RESERVE", "0"), ("RESERVE", "1000"), ("RESERVE", "60000"), ("ATMOST",),
+                                    ("ATMOST", "MIN")]))
+        cap2 = draw(CAPACITIES)
+        n2 = draw(st.one_of(st.integers(0, 3), st.just(n)))
+        if opt == ("ATMOST", "MIN"):
+            opt = ("ATMOST", "MIN", min(draw(CHUNKS), max(1, min(cap, cap2))))
+        return ("TB.MCONSUME", 2, "{x}a", "{x}b", rate, cap, n, draw(RATES), cap2, n2, *opt)
+    mode = draw(MODES)
+    if mode == ("ATMOST",) and draw(st.booleans()):
+        mode = ("ATMOST", "MIN", min(draw(CHUNKS), max(cap, 1)))
+    return ("TB.CONSUME", key, rate, cap, n, *mode)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -555,7 +589,10 @@ ERROR_CALLS: dict[str, tuple[tuple[Any, ...], str]] = {
     "ERR numkeys must be an integer from 1 to 16 and match the arguments":
         (("TB.MCONSUME", "2", "e", "f", "1", "5", "1"), ""),
     "ERR a key appears twice in TB.MCONSUME": (("TB.MCONSUME", "2", "e", "e", "1", "5", "1", "1", "5", "1"), ""),
-    "ERR unknown option: TB.MCONSUME takes RESERVE ms": (("TB.MCONSUME", "1", "e", "1", "5", "1", "BLOCK", "5"), ""),
+    "ERR unknown option: TB.MCONSUME takes RESERVE ms, or ATMOST [MIN chunk], and LEASE part ttl-ms":
+        (("TB.MCONSUME", "1", "e", "1", "5", "1", "BLOCK", "5"), ""),
+    "ERR MIN takes a chunk, an integer from 1 to capacity": (("TB.CONSUME", "e", "1", "5", "9", "ATMOST", "MIN", "6"), ""),
+    "ERR MIN needs ATMOST": (("TB.CONSUME", "e", "1", "5", "9", "MIN", "2"), ""),
     "WRONGTYPE Operation against a key holding the wrong kind of value": (("TB.INFO", "str"), ""),
     "ERR LEASE takes a TTL in milliseconds, an integer from 1 to 86400000": (("TB.CONSUME", "e", "1", "5", "LEASE", "0"), ""),
     "ERR LEASE given twice": (("TB.CONSUME", "e", "1", "5", "LEASE", "1", "LEASE", "1"), ""),

@@ -15,6 +15,7 @@ from redis.exceptions import RedisClusterException
 
 from tbcluster import Cluster
 from tb_limiter import AsyncLimiter, Limiter, MultiResult, RateLimited, Result
+from tb_limiter.stream import pace_sync
 
 FROZEN = "1e-12"
 #: Keys on every master: their slots fall in each third of the slot range.
@@ -46,17 +47,20 @@ def test_keys_spread_over_the_masters(cluster: Cluster) -> None:
 
 def test_every_method(cluster: Cluster, limiter: Limiter) -> None:
     for key in KEYS:
-        b = limiter.bucket(key, 10, 2)
-        assert b.consume() == Result(True, 1, 0, 100, 1)
+        # A full bucket has no key (info and refund answer None), and this
+        # one fills 400 ms after the last call that took its last token:
+        # info and refund come right after such calls.
+        b = limiter.bucket(key, 5, 2)
+        assert b.consume() == Result(True, 1, 0, 200, 1)
         assert b.peek().allowed
         assert b.reserve().allowed
         r = b.acquire(timeout=1)
         assert r.allowed and r.retry_after_ms > 0
-        assert b.refund(1) is not None
         info = b.info()
         assert info is not None and info.capacity == 2
         with b.limit(timeout=1):
             pass
+        assert b.refund(1) is not None
     assert limiter.backend == cluster.backend  # type: ignore[attr-defined]
 
 
@@ -65,6 +69,14 @@ def test_many_needs_one_slot(limiter: Limiter) -> None:
     tpm = limiter.bucket("{acme}:tpm", FROZEN, 1000)
     assert limiter.consume_many([(rpm, 1), (tpm, 600)]) == MultiResult(True, 0, (2, 400))
     assert limiter.acquire_many([(rpm, 1), (tpm, 100)], timeout=1).allowed
+    # A shared partial grant (ATMOST MIN chunk) over a user's and a global
+    # byte cap in one slot, and a byte stream paced through both.
+    user = limiter.bucket("{acme}:user-bytes", FROZEN, 5000)
+    glob = limiter.bucket("{acme}:global-bytes", FROZEN, 700)
+    shared = limiter.consume_many([(user, 1000), (glob, 1000)], atmost=True, chunk=500)
+    assert shared == MultiResult(True, 0, (4300, 0), 700)
+    assert sum(len(p) for p in pace_sync([b"x" * 300], user, limiter.bucket("{acme}:g2", FROZEN, 1000),
+                                         chunk=100)) == 300
     group = limiter.limits("rl:alice", "5/second;100/day")
     assert group.acquire().allowed and group.consume().allowed
     assert [b.info() is not None for b in group.buckets] == [True, True]
@@ -105,15 +117,15 @@ async def test_every_method_async(cluster: Cluster) -> None:
     rc = AsyncRedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
     lim = AsyncLimiter(rc)
     for key in KEYS:
-        b = lim.bucket(key, 10, 2)
-        assert await b.consume() == Result(True, 1, 0, 100, 1)
+        b = lim.bucket(key, 5, 2)  # as in test_every_method
+        assert await b.consume() == Result(True, 1, 0, 200, 1)
         assert (await b.peek()).allowed
         assert (await b.reserve()).allowed
         assert (await b.acquire(timeout=1)).allowed
-        assert await b.refund(1) is not None
         assert await b.info() is not None
         async with b.limit(timeout=1):
             pass
+        assert await b.refund(1) is not None
     rpm = lim.bucket("{acme}:rpm", FROZEN, 3)
     tpm = lim.bucket("{acme}:tpm", FROZEN, 1000)
     assert await lim.consume_many([(rpm, 1), (tpm, 600)]) == MultiResult(True, 0, (2, 400))

@@ -17,10 +17,12 @@ from ._protocol import SCRIPT, Call
 from ._rates import LimitSpec, parse_limits
 from ._spec import BucketSpec
 from ._types import Backend, BucketInfo, MultiResult, RateLimited, Result
+from .batch import AsyncBatcher, Batcher
 from .aio import AsyncBucketGroup, AsyncLeased, AsyncLeasedMany, AsyncLimit, AsyncLimiter, AsyncTokenBucket
 from .sync import BucketGroup, Leased, LeasedMany, Limit, Limiter, TokenBucket
 
 __all__ = [
+    "AsyncBatcher",
     "AsyncBucketGroup",
     "AsyncLeased",
     "AsyncLeasedMany",
@@ -28,6 +30,7 @@ __all__ = [
     "AsyncLimiter",
     "AsyncTokenBucket",
     "Backend",
+    "Batcher",
     "BucketGroup",
     "BucketInfo",
     "BucketSpec",

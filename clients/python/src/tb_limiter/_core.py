@@ -171,8 +171,8 @@ def with_wait(server: ServerState, run: Callable[[int], Plan[T]], ms: int | None
     raise AssertionError("unreachable: the wait halves to 0 within 32 tries")
 
 
-def consume(server: ServerState, spec: BucketSpec, n: int, atmost: bool) -> Plan[Result]:
-    return Result.from_reply((yield from execute(server, spec._consume_call(n, atmost=atmost))))
+def consume(server: ServerState, spec: BucketSpec, n: int, atmost: bool, chunk: int | None = None) -> Plan[Result]:
+    return Result.from_reply((yield from execute(server, spec._consume_call(n, atmost=atmost, chunk=chunk))))
 
 
 def reserve(server: ServerState, spec: BucketSpec, n: int, max_wait: float | None) -> Plan[Result]:
@@ -181,10 +181,18 @@ def reserve(server: ServerState, spec: BucketSpec, n: int, max_wait: float | Non
 
 
 def consume_many(
-    server: ServerState, items: Sequence[tuple[BucketSpec, int]], max_wait: float | None, reserve: bool
+    server: ServerState,
+    items: Sequence[tuple[BucketSpec, int]],
+    max_wait: float | None,
+    reserve: bool,
+    atmost: bool = False,
+    chunk: int | None = None,
 ) -> Plan[MultiResult]:
+    if atmost and reserve:
+        raise ValueError("atmost cannot be combined with a reservation (max_wait or reserve=True)")
     if not reserve:
-        return MultiResult.from_reply((yield from execute(server, mconsume_call(items, None))))
+        call = mconsume_call(items, None, atmost=atmost, chunk=chunk)
+        return MultiResult.from_reply((yield from execute(server, call)), atmost)
     r, _ = yield from _reserve_ms(server, _Many(items), None if max_wait is None else wait_ms(max_wait))
     return cast(MultiResult, r)
 
@@ -310,7 +318,11 @@ def taken_by(result: object, items: Sequence[tuple[BucketSpec, int]]) -> list[tu
     if isinstance(result, Result) and result.allowed:
         return [(items[0][0], result.granted)]
     if isinstance(result, MultiResult) and result.allowed:
-        return list(items)
+        if result.granted is None:
+            return list(items)
+        # ATMOST: the parts asking for the largest n gave the grant.
+        big = max(n for _, n in items)
+        return [(spec, result.granted if n == big else n) for spec, n in items]
     return []
 
 

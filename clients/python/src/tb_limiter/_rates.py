@@ -126,6 +126,16 @@ def rate_arg(rate: RateLike) -> str:
     raise TypeError(f"unsupported rate type {type(rate).__name__}")
 
 
+def rate_per_second(rate: str) -> Fraction:
+    """The exact rate, in tokens per second, of a module rate argument
+    (``"10"``, ``"2.5e3"``, ``"100/m"``)."""
+    seconds = 1
+    if len(rate) >= 2 and rate[-2] == "/":
+        seconds = {"s": 1, "m": 60, "h": 3600, "d": 86400}[rate[-1].lower()]
+        rate = rate[:-2]
+    return Fraction(Decimal(rate)) / seconds
+
+
 def fraction_arg(rate: Fraction) -> str:
     """An exact rate as the module's argument: a decimal per second, minute,
     hour or day when one of them is exact (``5/3`` -> ``"100/m"``). Else

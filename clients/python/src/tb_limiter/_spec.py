@@ -32,9 +32,8 @@ class BucketSpec:
     def _limits(self) -> tuple[str, str]:
         return (self.rate, str(self.capacity))
 
-    def _consume_call(self, n: int, *, atmost: bool = False) -> Call:
-        args = (*self._limits(), amount_arg(n))
-        return Call("TB.CONSUME", (self.key,), (*args, "ATMOST") if atmost else args)
+    def _consume_call(self, n: int, *, atmost: bool = False, chunk: int | None = None) -> Call:
+        return Call("TB.CONSUME", (self.key,), (*self._limits(), amount_arg(n), *atmost_args(atmost, chunk)))
 
     def _reserve_call(self, n: int, ms: int) -> Call:
         return Call("TB.CONSUME", (self.key,), (*self._limits(), amount_arg(n), "RESERVE", str(ms)))
@@ -56,11 +55,26 @@ class BucketSpec:
         return Call("TB.RELEASE", (self.key,), (str(int(lease_id)), *extra))
 
 
+def atmost_args(atmost: bool, chunk: int | None) -> tuple[str, ...]:
+    """``ATMOST [MIN chunk]``, or nothing; a chunk needs ``atmost``."""
+    if chunk is not None and not atmost:
+        raise ValueError("chunk is the smallest grant of atmost=True")
+    if not atmost:
+        return ()
+    return ("ATMOST",) if chunk is None else ("ATMOST", "MIN", amount_arg(chunk, "chunk"))
+
+
 def mconsume_call(
-    items: Sequence[tuple[BucketSpec, int]], ms: int | None, leases: Mapping[int, int] | None = None
+    items: Sequence[tuple[BucketSpec, int]],
+    ms: int | None,
+    leases: Mapping[int, int] | None = None,
+    *,
+    atmost: bool = False,
+    chunk: int | None = None,
 ) -> Call:
-    """TB.MCONSUME over ``(bucket, n)`` pairs, with RESERVE ``ms`` when given,
-    and ``leases``: {part index from 0: TTL in ms} for the leased parts."""
+    """TB.MCONSUME over ``(bucket, n)`` pairs, with RESERVE ``ms`` when
+    given, or ``ATMOST [MIN chunk]``; ``leases``: {part index from 0: TTL in
+    ms} for the leased parts."""
     if not items:
         raise ValueError("consume_many needs at least one (bucket, n) pair")
     keys = tuple(b.key for b, _ in items)
@@ -73,6 +87,7 @@ def mconsume_call(
         args += ["LEASE", str(part + 1), str(ttl_ms)]
     if ms is not None:
         args += ["RESERVE", str(ms)]
+    args += atmost_args(atmost, chunk)
     return Call("TB.MCONSUME", keys, tuple(args))
 
 

@@ -69,24 +69,30 @@ class Result:
 @dataclass(frozen=True)
 class MultiResult:
     """The reply of ``TB.MCONSUME``: ``[allowed, retry_after_ms, remaining_1,
-    ..., remaining_k]``."""
+    ..., remaining_k]``, and with ``ATMOST`` one more, ``granted``."""
 
     allowed: bool
     retry_after_ms: int
     remaining: tuple[int, ...]
+    granted: int | None = None
+    """With ``atmost``: the grant taken from every part asking for the
+    largest ``n`` (0 when denied); None without ``atmost``."""
     lease_ids: tuple[int, ...] = ()
     """With ``LEASE`` parts: every part's lease id (0 for a part without a
     lease, or when denied); else empty."""
 
     @classmethod
-    def from_reply(cls, reply: Sequence[int], leases: bool = False) -> "MultiResult":
-        """Builds a result from the reply's integers (``leases``: the call
-        had LEASE parts, so the lease ids follow the remaining tokens)."""
+    def from_reply(cls, reply: Sequence[int], atmost: bool = False, leases: bool = False) -> "MultiResult":
+        """Builds a result from the reply's integers (``atmost``: the last one
+        is the grant; ``leases``: the call had LEASE parts, so the lease ids
+        follow the remaining tokens)."""
         values = [int(x) for x in reply]
-        if not leases:
-            return cls(bool(values[0]), values[1], tuple(values[2:]))
-        k = (len(values) - 2) // 2
-        return cls(bool(values[0]), values[1], tuple(values[2 : 2 + k]), tuple(values[2 + k :]))
+        if atmost:
+            return cls(bool(values[0]), values[1], tuple(values[2:-1]), values[-1])
+        if leases:
+            k = (len(values) - 2) // 2
+            return cls(bool(values[0]), values[1], tuple(values[2 : 2 + k]), None, tuple(values[2 + k :]))
+        return cls(bool(values[0]), values[1], tuple(values[2:]))
 
     @property
     def retry_after(self) -> float:
@@ -101,7 +107,8 @@ class MultiResult:
     @property
     def reply(self) -> list[int]:
         """The reply as the server sent it."""
-        return [int(self.allowed), self.retry_after_ms, *self.remaining, *self.lease_ids]
+        extra = [] if self.granted is None else [self.granted]
+        return [int(self.allowed), self.retry_after_ms, *self.remaining, *extra, *self.lease_ids]
 
 
 @dataclass(frozen=True)

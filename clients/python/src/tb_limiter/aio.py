@@ -23,6 +23,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from . import _core
 from ._core import Block, Command, Plan, Sleep
+from .batch import AsyncBatcher
 from ._protocol import Call
 from ._rates import LimitSpec, RateLike
 from ._spec import BucketSpec, group_specs
@@ -165,12 +166,18 @@ class AsyncLimiter:
         return AsyncBucketGroup(self, key, limits)
 
     async def consume_many(
-        self, parts: Iterable[tuple[BucketSpec, int]], *, max_wait: float | None = None, reserve: bool | None = None
+        self,
+        parts: Iterable[tuple[BucketSpec, int]],
+        *,
+        max_wait: float | None = None,
+        reserve: bool | None = None,
+        atmost: bool = False,
+        chunk: int | None = None,
     ) -> MultiResult:
         """TB.MCONSUME, all or nothing; see :meth:`tb_limiter.Limiter.consume_many`."""
         items = list(parts)
         use = max_wait is not None if reserve is None else reserve
-        return await self._run(_core.consume_many(self._server, items, max_wait, use), items)
+        return await self._run(_core.consume_many(self._server, items, max_wait, use, atmost, chunk), items)
 
     async def acquire_many(
         self, parts: Iterable[tuple[BucketSpec, int]], *, timeout: float | None = None
@@ -306,14 +313,20 @@ class AsyncTokenBucket(BucketSpec):
     def _mine(self, n: int) -> list[tuple[BucketSpec, int]]:
         return [(self, n)]
 
-    async def consume(self, n: int = 1, *, atmost: bool = False) -> Result:
-        """Takes ``n`` tokens now or none (``atmost``: as many as are there)."""
+    async def consume(self, n: int = 1, *, atmost: bool = False, chunk: int | None = None) -> Result:
+        """Takes ``n`` tokens now or none (``atmost``: as many as are there,
+        at least ``chunk``; see :meth:`tb_limiter.TokenBucket.consume`)."""
         lim = self.limiter
-        return await lim._run(_core.consume(lim._server, self, n, atmost), self._mine(n))
+        return await lim._run(_core.consume(lim._server, self, n, atmost, chunk), self._mine(n))
 
     async def peek(self) -> Result:
         """Whether one request would be served now, changing nothing."""
         return await self.consume(0)
+
+    def batched(self, batch: int, *, hold: float = 0.05, max_hold: float = 0.5) -> AsyncBatcher:
+        """Batches of this bucket's tokens handed out locally (see
+        :meth:`tb_limiter.TokenBucket.batched`)."""
+        return AsyncBatcher(self, batch, hold=hold, max_hold=max_hold)
 
     async def reserve(self, n: int = 1, *, max_wait: float | None = None) -> Result:
         """RESERVE: take the tokens into debt if they come within ``max_wait``

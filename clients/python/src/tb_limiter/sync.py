@@ -14,6 +14,7 @@ from redis.cluster import RedisCluster
 
 from . import _core
 from ._core import Block, Command, Plan, Sleep
+from .batch import Batcher
 from ._protocol import Call
 from ._rates import LimitSpec, RateLike
 from ._spec import BucketSpec, group_specs
@@ -160,15 +161,26 @@ class Limiter:
         return BucketGroup(self, key, limits)
 
     def consume_many(
-        self, parts: Iterable[tuple[BucketSpec, int]], *, max_wait: float | None = None, reserve: bool | None = None
+        self,
+        parts: Iterable[tuple[BucketSpec, int]],
+        *,
+        max_wait: float | None = None,
+        reserve: bool | None = None,
+        atmost: bool = False,
+        chunk: int | None = None,
     ) -> MultiResult:
         """TB.MCONSUME: all or nothing across ``(bucket, n)`` pairs (e.g.
         requests and tokens per minute). With ``max_wait`` (seconds), every
         bucket goes into debt if all will have refilled by then, and
-        ``retry_after`` says how long to wait before proceeding."""
+        ``retry_after`` says how long to wait before proceeding.
+
+        ``atmost``: the parts asking for the largest ``n`` (a per-user and a
+        global byte cap) give one shared grant, between ``chunk`` (default 1;
+        or all of ``n`` when smaller) and ``n``, in ``granted``; the other
+        parts (a request counter) give all of their ``n``."""
         items = list(parts)
         use = max_wait is not None if reserve is None else reserve
-        return self._run(_core.consume_many(self._server, items, max_wait, use), items)
+        return self._run(_core.consume_many(self._server, items, max_wait, use, atmost, chunk), items)
 
     def acquire_many(self, parts: Iterable[tuple[BucketSpec, int]], *, timeout: float | None = None) -> MultiResult:
         """Takes every ``(bucket, n)`` at once, waiting up to ``timeout``
@@ -267,15 +279,24 @@ class TokenBucket(BucketSpec):
     def _mine(self, n: int) -> list[tuple[BucketSpec, int]]:
         return [(self, n)]
 
-    def consume(self, n: int = 1, *, atmost: bool = False) -> Result:
+    def consume(self, n: int = 1, *, atmost: bool = False, chunk: int | None = None) -> Result:
         """Takes ``n`` tokens now or none (``atmost``: as many as are there,
-        at least one; ``granted`` says how many). ``n = 0`` is a peek."""
+        at least ``chunk``, default 1, or all of ``n`` when smaller;
+        ``granted`` says how many, and a denial's ``retry_after`` is the wait
+        for ``chunk``). ``n = 0`` is a peek."""
         lim = self.limiter
-        return lim._run(_core.consume(lim._server, self, n, atmost), self._mine(n))
+        return lim._run(_core.consume(lim._server, self, n, atmost, chunk), self._mine(n))
 
     def peek(self) -> Result:
         """Whether one request would be served now, changing nothing."""
         return self.consume(0)
+
+    def batched(self, batch: int, *, hold: float = 0.05, max_hold: float = 0.5) -> Batcher:
+        """Hands this bucket's tokens out locally from batches of up to
+        ``batch`` taken in one call, for a hot key; what is not handed out
+        goes back after ``hold`` idle seconds, on close, and at the latest
+        ``max_hold`` seconds after it was taken (see :mod:`tb_limiter.batch`)."""
+        return Batcher(self, batch, hold=hold, max_hold=max_hold)
 
     def reserve(self, n: int = 1, *, max_wait: float | None = None) -> Result:
         """RESERVE: if the tokens will be there within ``max_wait`` seconds
