@@ -10,8 +10,8 @@
 //! input never becomes a bucket; the fuzz target `state_codecs` round-trips
 //! all of them.
 //!
-//! Room for more state (a bounded list of leases per bucket, issue 13): such
-//! a state gets a new wire tag, with the extra fields after those of tag 1.
+//! A bucket that handed out leases (issue 13, [`crate::lease`]) has more
+//! state: it gets the wire tag 2, with the leases after the fields of tag 1.
 //! RDB version 2 saves whatever the wire form is, so RDB, `DUMP`, the AOF
 //! and replication carry it with no new format of their own; the glue holds
 //! such states in its wide form (the packed form is for the bucket alone),
@@ -29,6 +29,7 @@
 /// trailing input.
 pub mod wire {
     use crate::bucket::{Bucket, Rate};
+    use crate::lease::{Lease, Leases, MAX_LEASES};
 
     /// First byte of an encoded state (format version 1). Never an ASCII digit
     /// or `-`, so it cannot be mistaken for the decimal form's first field.
@@ -134,6 +135,78 @@ pub mod wire {
         // An unreduced rate would not round-trip: reject it.
         let canonical = u128::from(rate.num()) == num && u128::from(rate.den()) == den;
         (canonical && b.is_valid()).then_some((b, expire_at_ms))
+    }
+
+    /// First byte of a state with leases (format version 2): the fields of
+    /// [`TAG`] after it, then varints `last_id`, the number of leases, and
+    /// for each `id`, `n`, `zigzag(expires_us)`.
+    pub const TAG_LEASES: u8 = 0x02;
+    /// Longest encoding of a state with leases.
+    pub const MAX_LEN_LEASES: usize = MAX_LEN + 10 + 3 + MAX_LEASES * (10 + 10 + 10);
+
+    /// Encodes `b` with its leases and expiry into `out` (cleared first):
+    /// exactly [`encode`]'s bytes when the leases are blank, else the
+    /// [`TAG_LEASES`] form.
+    pub fn encode_state(b: &Bucket, leases: &Leases, expire_at_ms: i64, out: &mut Vec<u8>) {
+        let mut head = [0u8; MAX_LEN];
+        let len = encode(b, expire_at_ms, &mut head);
+        out.clear();
+        out.extend_from_slice(&head[..len]);
+        if leases.is_blank() {
+            return;
+        }
+        out[0] = TAG_LEASES;
+        let mut push = |v: u128| {
+            let mut one = [0u8; MAX_LEN];
+            let mut n = 0;
+            put(&mut one, &mut n, v);
+            out.extend_from_slice(&one[..n]);
+        };
+        push(u128::from(leases.last_id));
+        push(leases.held.len() as u128);
+        for l in &leases.held {
+            push(u128::from(l.id));
+            push(u128::from(l.n));
+            push(zigzag(i128::from(l.expires_us)));
+        }
+    }
+
+    /// Decodes a state written by [`encode_state`] (either tag); `None` for
+    /// anything else, including leases that break their invariants.
+    pub fn decode_state(bytes: &[u8]) -> Option<(Bucket, Leases, i64)> {
+        match *bytes.first()? {
+            TAG => decode(bytes).map(|(b, at)| (b, Leases::default(), at)),
+            TAG_LEASES => {
+                // The bucket's six fields, then the leases: find where the
+                // sixth varint ends and decode that prefix as tag 1.
+                let mut input = &bytes[1..];
+                for bits in [128, 64, 64, 64, 64, 66] {
+                    take(&mut input, bits)?;
+                }
+                let head_len = bytes.len() - input.len();
+                let mut head = bytes[..head_len].to_vec();
+                head[0] = TAG;
+                let (b, at) = decode(&head)?;
+                let last_id = u64::try_from(take(&mut input, 64)?).ok()?;
+                let count = usize::try_from(take(&mut input, 64)?).ok()?;
+                if count > MAX_LEASES {
+                    return None;
+                }
+                let mut held = Vec::with_capacity(count);
+                for _ in 0..count {
+                    let id = u64::try_from(take(&mut input, 64)?).ok()?;
+                    let n = u64::try_from(take(&mut input, 64)?).ok()?;
+                    let expires_us = i64::try_from(unzigzag(take(&mut input, 64)?)).ok()?;
+                    held.push(Lease { id, n, expires_us });
+                }
+                let leases = Leases { last_id, held };
+                // Blank leases are written as tag 1: anything else here
+                // would not round-trip.
+                (input.is_empty() && leases.is_valid() && !leases.is_blank())
+                    .then_some((b, leases, at))
+            }
+            _ => None,
+        }
     }
 }
 
@@ -333,9 +406,12 @@ pub mod rdb_v1 {
 pub mod rdb_v2 {
     use super::wire;
     use crate::bucket::Bucket;
+    use crate::lease::Leases;
 
-    /// Longest payload.
+    /// Longest payload without leases.
     pub const MAX_LEN: usize = wire::MAX_LEN;
+    /// Longest payload with leases.
+    pub const MAX_LEN_LEASES: usize = wire::MAX_LEN_LEASES;
 
     /// Encodes `b` into `out`; returns the length used.
     pub fn encode(b: &Bucket, out: &mut [u8; MAX_LEN]) -> usize {
@@ -347,6 +423,21 @@ pub mod rdb_v2 {
     pub fn decode(bytes: &[u8]) -> Option<Bucket> {
         match wire::decode(bytes)? {
             (b, 0) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// Encodes `b` with its leases into `out` (the [`wire::encode_state`]
+    /// form without an expiry).
+    pub fn encode_state(b: &Bucket, leases: &Leases, out: &mut Vec<u8>) {
+        wire::encode_state(b, leases, 0, out)
+    }
+
+    /// The bucket and leases in a payload made by [`encode_state`] (or
+    /// [`encode`]); `None` for anything else.
+    pub fn decode_state(bytes: &[u8]) -> Option<(Bucket, Leases)> {
+        match wire::decode_state(bytes)? {
+            (b, leases, 0) => Some((b, leases)),
             _ => None,
         }
     }

@@ -13,6 +13,7 @@
 
 pub mod bucket;
 pub mod codec;
+pub mod lease;
 pub mod parse;
 pub mod settings;
 pub mod topkeys;

@@ -7,6 +7,7 @@
 
 use crate::bucket::{Bucket, Limits, Rate, MAX_AMOUNT};
 use crate::codec::wire;
+use crate::lease::Leases;
 
 /// A parse failure, as the full error line sent to the client.
 pub type ParseError = &'static str;
@@ -437,13 +438,16 @@ fn exactly<'a>(a: &(impl Argv<'a> + ?Sized), n: usize) -> Result<(), ArgsError> 
     }
 }
 
-/// `TB.CONSUME key rate capacity [n] [RESERVE ms | BLOCK ms] [ATMOST]`.
+/// `TB.CONSUME key rate capacity [n] [RESERVE ms | BLOCK ms] [ATMOST]
+/// [LEASE ttl-ms]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConsumeArgs {
     /// The bucket's limits.
     pub limits: Limits,
     /// What follows `capacity`.
     pub options: ConsumeOptions,
+    /// `LEASE ttl-ms`: lend the tokens for at most this long.
+    pub lease_ttl_ms: Option<u64>,
 }
 
 /// Parses `TB.CONSUME` (the key is argument 1).
@@ -452,11 +456,25 @@ pub fn consume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<ConsumeArgs, Arg
         rate: rate(nth(a, 2)?)?,
         capacity: amount(nth(a, 3)?, ERR_CAPACITY)?,
     };
-    let options = consume_options((4..a.count()).map(|i| a.arg(i)))?;
+    let rest: Vec<&[u8]> = (4..a.count()).map(|i| a.arg(i)).collect();
+    let (lease_ttl_ms, rest) = split_lease(&rest)?;
+    let options = consume_options(rest.into_iter())?;
     if options.min.is_some_and(|c| c > limits.capacity) {
         return Err(ERR_MIN.into());
     }
-    Ok(ConsumeArgs { limits, options })
+    if lease_ttl_ms.is_some() {
+        if options.atmost || options.wait != Wait::No {
+            return Err(ERR_LEASE_MODE.into());
+        }
+        if options.n == 0 {
+            return Err(ERR_LEASE_N.into());
+        }
+    }
+    Ok(ConsumeArgs {
+        limits,
+        options,
+        lease_ttl_ms,
+    })
 }
 
 /// Error for a bad `numkeys` of TB.MCONSUME (it names [`MAX_KEYS`]).
@@ -466,7 +484,7 @@ pub const ERR_NUMKEYS: ParseError =
 pub const ERR_DUPLICATE: ParseError = "ERR a key appears twice in TB.MCONSUME";
 /// Error for an unknown TB.MCONSUME option.
 pub const ERR_MCONSUME_OPTION: ParseError =
-    "ERR unknown option: TB.MCONSUME takes RESERVE ms, or ATMOST [MIN chunk]";
+    "ERR unknown option: TB.MCONSUME takes RESERVE ms, or ATMOST [MIN chunk], and LEASE part ttl-ms";
 /// Most keys one TB.MCONSUME may name. Every key costs about what one
 /// TB.CONSUME costs (Redis hashes the name a few times to look it up, write
 /// it and set its expiry), and Redis runs one command at a time, so this
@@ -485,7 +503,8 @@ pub struct Request {
     pub n: u64,
 }
 
-/// `TB.MCONSUME numkeys key [key ...] rate capacity n [...] [RESERVE ms]`.
+/// `TB.MCONSUME numkeys key [key ...] rate capacity n [...] [LEASE part
+/// ttl-ms ...] [RESERVE ms]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MconsumeArgs {
     /// One request per key, in key order; the keys are arguments
@@ -495,6 +514,8 @@ pub struct MconsumeArgs {
     pub reserve_ms: Option<u64>,
     /// `ATMOST [MIN chunk]`: the chunk (1 for plain `ATMOST`).
     pub atmost: Option<u64>,
+    /// `LEASE part ttl-ms`: the TTL of each leased part, in key order.
+    pub leases: Vec<Option<u64>>,
 }
 
 /// `numkeys` of TB.MCONSUME (argument 1): `None` unless it is an integer from
@@ -515,17 +536,48 @@ pub fn mconsume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<MconsumeArgs, A
         return Err(ERR_NUMKEYS.into());
     }
     let (mut reserve_ms, mut atmost, mut min) = (None, None, None);
-    match a.count() - end {
-        0 => {}
-        2 if is_keyword(a.arg(end), "RESERVE") => {
-            reserve_ms = Some(integer(a.arg(end + 1), MAX_WAIT_MS, ERR_WAIT)?);
+    let mut leases = vec![None; k];
+    let mut at = end;
+    while at < a.count() {
+        if is_keyword(a.arg(at), "LEASE") {
+            if at + 2 >= a.count() {
+                return Err(ERR_LEASE_PART.into());
+            }
+            let part = integer(a.arg(at + 1), k as u64, ERR_LEASE_PART)?;
+            if part == 0 {
+                return Err(ERR_LEASE_PART.into());
+            }
+            let ttl = lease_ttl(a.arg(at + 2))?;
+            if leases[part as usize - 1].replace(ttl).is_some() {
+                return Err(ERR_LEASE_TWICE.into());
+            }
+            at += 3;
+        } else if is_keyword(a.arg(at), "RESERVE") && reserve_ms.is_none() && at + 1 < a.count() {
+            reserve_ms = Some(integer(a.arg(at + 1), MAX_WAIT_MS, ERR_WAIT)?);
+            at += 2;
+        } else if is_keyword(a.arg(at), "ATMOST") && atmost.is_none() {
+            if at + 1 < a.count() && is_keyword(a.arg(at + 1), "MIN") {
+                if at + 2 >= a.count() {
+                    return Err(ERR_MCONSUME_OPTION.into());
+                }
+                min = Some(chunk(a.arg(at + 2))?);
+                atmost = min;
+                at += 3;
+            } else {
+                atmost = Some(1);
+                at += 1;
+            }
+        } else {
+            return Err(ERR_MCONSUME_OPTION.into());
         }
-        1 if is_keyword(a.arg(end), "ATMOST") => atmost = Some(1),
-        3 if is_keyword(a.arg(end), "ATMOST") && is_keyword(a.arg(end + 1), "MIN") => {
-            min = Some(chunk(a.arg(end + 2))?);
-            atmost = min;
-        }
-        _ => return Err(ERR_MCONSUME_OPTION.into()),
+    }
+    // ATMOST grants what is there now: it does not wait, and a lease is
+    // never partial.
+    if atmost.is_some() && reserve_ms.is_some() {
+        return Err(ERR_MCONSUME_OPTION.into());
+    }
+    if atmost.is_some() && leases.iter().any(Option::is_some) {
+        return Err(ERR_LEASE_MODE.into());
     }
     let mut requests = Vec::with_capacity(k);
     for i in 0..k {
@@ -550,10 +602,18 @@ pub fn mconsume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<MconsumeArgs, A
     if has_duplicate((2..limits_at).map(|i| a.arg(i))) {
         return Err(ERR_DUPLICATE.into());
     }
+    if leases
+        .iter()
+        .zip(&requests)
+        .any(|(l, r)| l.is_some() && r.n == 0)
+    {
+        return Err(ERR_LEASE_N.into());
+    }
     Ok(MconsumeArgs {
         requests,
         reserve_ms,
         atmost,
+        leases,
     })
 }
 
@@ -638,7 +698,7 @@ pub fn info_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<(), ArgsError> {
 pub const ERR_STATE: ParseError = "ERR invalid bucket state for TB.SETSTATE";
 
 /// `TB.SETSTATE`: set a bucket's absolute state, or delete it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SetStateArgs {
     /// `TB.SETSTATE key state` (compact) or `TB.SETSTATE key tokens_nanos
     /// updated_us rate_num rate_den capacity expire_at_ms` (decimal): store
@@ -646,6 +706,8 @@ pub enum SetStateArgs {
     State {
         /// The state to store.
         bucket: Bucket,
+        /// Its leases (none in the decimal form).
+        leases: Leases,
         /// The key's absolute expiry in ms, 0 for none.
         expire_at_ms: i64,
     },
@@ -657,14 +719,18 @@ pub enum SetStateArgs {
 
 /// Parses `TB.SETSTATE`, in its compact, decimal or deletion form.
 pub fn setstate_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<SetStateArgs, ArgsError> {
-    let (bucket, expire_at_ms) = match a.count() {
+    let (bucket, leases, expire_at_ms) = match a.count() {
         3 if is_keyword(a.arg(2), "DEL") => return Ok(SetStateArgs::Delete),
-        3 => wire::decode(a.arg(2)).ok_or(ERR_STATE)?,
-        8 => decimal_state(a)?,
+        3 => wire::decode_state(a.arg(2)).ok_or(ERR_STATE)?,
+        8 => {
+            let (b, at) = decimal_state(a)?;
+            (b, Leases::default(), at)
+        }
         _ => return Err(ArgsError::WrongArity),
     };
     Ok(SetStateArgs::State {
         bucket,
+        leases,
         expire_at_ms,
     })
 }
@@ -779,6 +845,86 @@ pub fn top_options<'a>(
     Ok(o)
 }
 
+// ---------------------------------------------------------------------------
+// Leases and their release (issue 13, parts 1 and 2).
+// ---------------------------------------------------------------------------
+
+/// Error for a bad LEASE TTL.
+pub const ERR_LEASE_TTL: ParseError =
+    "ERR LEASE takes a TTL in milliseconds, an integer from 1 to 86400000";
+/// Error for LEASE given twice (or twice for one part of TB.MCONSUME).
+pub const ERR_LEASE_TWICE: ParseError = "ERR LEASE given twice";
+/// Error for LEASE with a way of waiting or a partial grant.
+pub const ERR_LEASE_MODE: ParseError = "ERR LEASE cannot be combined with RESERVE, BLOCK or ATMOST";
+/// Error for LEASE on n = 0.
+pub const ERR_LEASE_N: ParseError = "ERR LEASE needs n of at least 1";
+/// Error for a bucket that holds the most leases it may.
+pub const ERR_LEASE_FULL: ParseError =
+    "ERR the bucket holds 1024 leases already: release some or wait for them to expire";
+/// Error for a bad lease id.
+pub const ERR_LEASE_ID: ParseError = "ERR lease-id must be an integer from 0 to 9007199254740992";
+/// Error for a bad USED amount.
+pub const ERR_USED: ParseError =
+    "ERR USED takes the tokens used, an integer from 0 to 9007199254740992";
+/// Error for an unknown option of TB.RELEASE.
+pub const ERR_RELEASE_OPTION: ParseError = "ERR unknown option: TB.RELEASE takes USED n";
+/// Error for a bad part number in TB.MCONSUME's LEASE.
+pub const ERR_LEASE_PART: ParseError =
+    "ERR LEASE in TB.MCONSUME takes a part number from 1 to numkeys and a TTL";
+
+/// Takes `LEASE ttl-ms` out of TB.CONSUME's arguments after `capacity`:
+/// the TTL (if given) and the other arguments, in order, for
+/// [`consume_options`].
+pub fn split_lease<'a>(args: &[&'a [u8]]) -> Result<(Option<u64>, Vec<&'a [u8]>), ParseError> {
+    let mut ttl = None;
+    let mut rest = Vec::with_capacity(args.len());
+    let mut i = 0;
+    while i < args.len() {
+        if is_keyword(args[i], "LEASE") {
+            if ttl.is_some() {
+                return Err(ERR_LEASE_TWICE);
+            }
+            ttl = Some(lease_ttl(args.get(i + 1).copied().unwrap_or_default())?);
+            i += 2;
+        } else {
+            rest.push(args[i]);
+            i += 1;
+        }
+    }
+    Ok((ttl, rest))
+}
+
+/// Parses a lease TTL in ms: 1 to [`crate::lease::MAX_TTL_MS`].
+pub fn lease_ttl(arg: &[u8]) -> Result<u64, ParseError> {
+    match integer(arg, crate::lease::MAX_TTL_MS, ERR_LEASE_TTL)? {
+        0 => Err(ERR_LEASE_TTL),
+        ms => Ok(ms),
+    }
+}
+
+/// Parses `TB.RELEASE key lease-id [USED n]`: the id and the tokens used.
+pub fn release_command<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<(u64, Option<u64>), ArgsError> {
+    if a.count() != 3 && a.count() != 5 {
+        return Err(ArgsError::WrongArity);
+    }
+    let rest: Vec<&[u8]> = (2..a.count()).map(|i| a.arg(i)).collect();
+    Ok(release_args(&rest)?)
+}
+
+/// Parses TB.RELEASE's arguments after the key: `lease-id [USED n]`.
+pub fn release_args(args: &[&[u8]]) -> Result<(u64, Option<u64>), ParseError> {
+    let id = integer(
+        args.first().copied().unwrap_or_default(),
+        MAX_AMOUNT,
+        ERR_LEASE_ID,
+    )?;
+    match args.get(1..).unwrap_or_default() {
+        [] => Ok((id, None)),
+        [kw, n] if is_keyword(kw, "USED") => Ok((id, Some(amount(n, ERR_USED)?))),
+        _ => Err(ERR_RELEASE_OPTION),
+    }
+}
+
 #[cfg(test)]
 mod top_options_tests {
     use super::*;
@@ -837,6 +983,33 @@ mod top_options_tests {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn lease_options_parse_strictly() {
+        let a = |v: &[&'static str]| v.iter().map(|s| s.as_bytes()).collect::<Vec<_>>();
+        let (ttl, rest) = split_lease(&a(&["5", "lease", "100"])).unwrap();
+        assert_eq!((ttl, rest), (Some(100), a(&["5"])));
+        assert_eq!(split_lease(&a(&["LEASE", "0"])), Err(ERR_LEASE_TTL));
+        assert_eq!(split_lease(&a(&["LEASE"])), Err(ERR_LEASE_TTL));
+        assert_eq!(split_lease(&a(&["LEASE", "86400001"])), Err(ERR_LEASE_TTL));
+        assert_eq!(
+            split_lease(&a(&["LEASE", "1", "LEASE", "1"])),
+            Err(ERR_LEASE_TWICE)
+        );
+        assert_eq!(
+            split_lease(&a(&["2", "ATMOST"])).unwrap(),
+            (None, a(&["2", "ATMOST"]))
+        );
+        assert_eq!(release_args(&a(&["7"])), Ok((7, None)));
+        assert_eq!(release_args(&a(&["7", "used", "3"])), Ok((7, Some(3))));
+        assert_eq!(release_args(&a(&["-1"])), Err(ERR_LEASE_ID));
+        assert_eq!(release_args(&a(&["7", "USED"])), Err(ERR_RELEASE_OPTION));
+        assert_eq!(release_args(&a(&["7", "USED", "x"])), Err(ERR_USED));
+        assert_eq!(
+            release_args(&a(&["7", "KEEP", "1"])),
+            Err(ERR_RELEASE_OPTION)
+        );
+    }
+
     use super::*;
 
     fn r(s: &str) -> Result<(u64, u64), ParseError> {
@@ -1186,13 +1359,15 @@ mod tests {
         let a = setstate_args(&argv("TB.SETSTATE k 5 1000 1 2 10 99")[..]).unwrap();
         let SetStateArgs::State {
             bucket,
+            leases,
             expire_at_ms,
-        } = a
+        } = a.clone()
         else {
             panic!("{a:?}")
         };
         assert_eq!((bucket.tokens, bucket.updated_us), (5, 1000));
         assert_eq!(expire_at_ms, 99);
+        assert!(leases.is_blank(), "the decimal form has no leases");
         let mut buf = [0u8; wire::MAX_LEN];
         let len = wire::encode(&bucket, 99, &mut buf);
         let compact = [&b"TB.SETSTATE"[..], b"k", &buf[..len]];

@@ -84,14 +84,27 @@ fn cli_c(port: u16, args: &[&str]) -> String {
 fn command_docs_describe_every_command() {
     let s = Server::start();
     let mut c = s.conn();
-    let expected: [(&str, i64, &[&str]); 7] = [
+    let expected: [(&str, i64, &[&str]); 8] = [
         (
             "tb.consume",
             -4,
-            &["key", "rate", "capacity", "n", "wait", "atmost"],
+            &[
+                "key",
+                "rate",
+                "capacity",
+                "n",
+                "wait",
+                "atmost",
+                "lease-ttl-ms",
+            ],
         ),
-        ("tb.mconsume", -6, &["numkeys", "key", "limit", "mode"]),
+        (
+            "tb.mconsume",
+            -6,
+            &["numkeys", "key", "limit", "mode", "lease"],
+        ),
         ("tb.refund", 3, &["key", "n"]),
+        ("tb.release", -3, &["key", "lease-id", "used"]),
         (
             "cl.throttle",
             -5,

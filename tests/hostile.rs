@@ -125,7 +125,7 @@ fn wild_arg(rng: &mut Rng) -> Vec<u8> {
         6 => rng
             .pick(&[
                 "RESERVE", "BLOCK", "ATMOST", "reserve", "block", "atmost", "RESERVEX", "MIN",
-                "min",
+                "min", "LEASE", "lease", "USED",
             ])
             .as_bytes()
             .to_vec(),
@@ -284,6 +284,7 @@ fn wild_command(rng: &mut Rng) -> Cmd {
         "TB.INFO",
         "CL.THROTTLE",
         "TB.SETSTATE",
+        "TB.RELEASE",
         "tb.consume",
         "Cl.Throttle",
     ];

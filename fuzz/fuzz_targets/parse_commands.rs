@@ -10,13 +10,17 @@
 //! - CL.THROTTLE: capacity `max_burst + 1` and quantity within 2^53;
 //! - TB.SETSTATE: a valid bucket that reads back the same from its compact
 //!   form, or the deletion form `key DEL`;
-//! - TB.CONFIG, TB.REFUND, TB.INFO: the argument counts they accept.
+//! - TB.CONFIG, TB.REFUND, TB.INFO: the argument counts they accept;
+//! - TB.RELEASE: `lease-id [USED n]`, both within 2^53;
+//! - LEASE (TB.CONSUME, TB.MCONSUME): a TTL from 1 ms to a day, never with
+//!   a wait or ATMOST, never on n = 0.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use tb::bucket::MAX_AMOUNT;
 use tb::codec::wire;
+use tb::lease::MAX_TTL_MS;
 use tb::parse::{
     self, ArgsError, ConfigArgs, SetStateArgs, ERR_DUPLICATE, MAX_KEYS, MAX_WAIT_MS,
 };
@@ -30,27 +34,44 @@ fuzz_target!(|data: &[u8]| {
         args.extend(rest.split(|&b| b == 0));
     }
     let a = &args[..];
-    match which % 7 {
+    match which % 8 {
         0 => {
             if let Ok(c) = parse::consume_args(a) {
                 assert!(a.len() >= 4 && c.limits.capacity <= MAX_AMOUNT);
                 assert!(c.options.min.is_none_or(|m| m >= 1 && m <= c.limits.capacity));
-                let opts = parse::consume_options(a[4..].iter().copied());
+                let (ttl, rest) = parse::split_lease(&a[4..]).expect("LEASE was valid");
+                assert_eq!(ttl, c.lease_ttl_ms, "{a:?}");
+                let opts = parse::consume_options(rest.into_iter());
                 assert_eq!(opts, Ok(c.options), "{a:?}");
+                if let Some(ttl) = ttl {
+                    assert!((1..=MAX_TTL_MS).contains(&ttl) && c.options.n >= 1, "{a:?}");
+                    assert!(!c.options.atmost && c.options.wait == parse::Wait::No, "{a:?}");
+                }
             }
         }
         1 => match parse::mconsume_args(a) {
             Ok(m) => {
                 let k = m.requests.len();
                 assert!(k >= 1 && k as u64 <= MAX_KEYS, "{a:?}");
+                let leased = m.leases.iter().flatten().count();
+                for (l, r) in m.leases.iter().zip(&m.requests) {
+                    assert!(l.is_none_or(|ttl| (1..=MAX_TTL_MS).contains(&ttl) && r.n >= 1));
+                }
+                assert!(leased == 0 || m.atmost.is_none(), "LEASE with ATMOST: {a:?}");
+                let reserve = if m.reserve_ms.is_some() { 2 } else { 0 };
+                let rest = a.len() - (2 + 4 * k) - reserve - 3 * leased;
                 let extra = match (m.reserve_ms, m.atmost) {
-                    (Some(_), None) => 2,
-                    (None, Some(_)) if a.len() == 2 + 4 * k + 1 => 1,
-                    (None, Some(_)) => 3,
-                    (None, None) => 0,
                     (Some(_), Some(_)) => panic!("RESERVE with ATMOST: {a:?}"),
+                    (_, Some(_)) => {
+                        assert!(rest == 1 || rest == 3, "{a:?}");
+                        rest
+                    }
+                    (_, None) => {
+                        assert_eq!(rest, 0, "{a:?}");
+                        0
+                    }
                 };
-                assert_eq!(a.len(), 2 + 4 * k + extra, "{a:?}");
+                assert_eq!(a.len(), 2 + 4 * k + reserve + 3 * leased + extra, "{a:?}");
                 if let (Some(c), 3) = (m.atmost, extra) {
                     let big = m.requests.iter().map(|r| r.n).max().unwrap_or(0);
                     assert!(c >= 1, "{a:?}");
@@ -80,15 +101,18 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         3 => match parse::setstate_args(a) {
-            Ok(s @ SetStateArgs::State {
-                bucket,
-                expire_at_ms,
-            }) => {
-                assert!(bucket.is_valid() && expire_at_ms >= 0, "{s:?}");
-                let mut buf = [0u8; wire::MAX_LEN];
-                let len = wire::encode(&bucket, expire_at_ms, &mut buf);
-                let compact: [&[u8]; 3] = [b"CMD", a[1], &buf[..len]];
-                assert_eq!(parse::setstate_args(&compact[..]), Ok(s), "{a:?}");
+            Ok(
+                ref s @ SetStateArgs::State {
+                    bucket,
+                    ref leases,
+                    expire_at_ms,
+                },
+            ) => {
+                assert!(bucket.is_valid() && leases.is_valid() && expire_at_ms >= 0, "{s:?}");
+                let mut buf = Vec::new();
+                wire::encode_state(&bucket, leases, expire_at_ms, &mut buf);
+                let compact: [&[u8]; 3] = [b"CMD", a[1], &buf];
+                assert_eq!(parse::setstate_args(&compact[..]).as_ref(), Ok(s), "{a:?}");
             }
             Ok(SetStateArgs::Delete) => {
                 assert!(a.len() == 3 && a[2].eq_ignore_ascii_case(b"DEL"), "{a:?}")
@@ -104,6 +128,12 @@ fuzz_target!(|data: &[u8]| {
         5 => {
             if let Ok(n) = parse::refund_args(a) {
                 assert!(a.len() == 3 && n <= MAX_AMOUNT);
+            }
+        }
+        6 => {
+            if let Ok((id, used)) = parse::release_command(a) {
+                assert!(a.len() == 3 || a.len() == 5, "{a:?}");
+                assert!(id <= MAX_AMOUNT && used.is_none_or(|u| u <= MAX_AMOUNT));
             }
         }
         _ => assert_eq!(parse::info_args(a).is_ok(), a.len() == 2),

@@ -1,15 +1,19 @@
 //! `TB.CONSUME key rate capacity [n] [RESERVE ms | BLOCK ms] [ATMOST [MIN
-//! chunk]]`: take `n` tokens (default 1) from the bucket under `key`,
-//! refilled lazily at `rate` up to `capacity`. `ATMOST MIN chunk` grants at
-//! least `min(chunk, n)` tokens or nothing (a denial waits for that many).
+//! chunk]] [LEASE ttl-ms]`: take `n` tokens (default 1) from the bucket under
+//! `key`, refilled lazily at `rate` up to `capacity`. `ATMOST MIN chunk`
+//! grants at least `min(chunk, n)` tokens or nothing (a denial waits for that
+//! many). With `LEASE`, the tokens are lent: `TB.RELEASE` gives them back, or
+//! they come back `ttl-ms` later ([`crate::lease`]).
 //!
-//! Reply: `[allowed, remaining, retry_after_ms, reset_after_ms, granted]`.
+//! Reply: `[allowed, remaining, retry_after_ms, reset_after_ms, granted]`,
+//! and with `LEASE` a sixth element, the lease id (0 when denied).
 
 use crate::bucket::{self, Kind, Mode};
 use crate::glue::command::{block, integer, key, one_of, pure_token, string, Access, Arity};
 use crate::glue::command::{Arg, Command, Keys, Spec};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
 use crate::glue::{blocking, clock, config, stats, top};
+use crate::lease;
 use crate::parse::{self, Wait};
 
 /// `TB.CONSUME`.
@@ -38,6 +42,7 @@ impl Command for Consume {
             )
             .optional(),
             block(c"atmost", ATMOST_ARGS).optional(),
+            integer(c"lease-ttl-ms").token(c"LEASE").optional(),
         ],
     };
 }
@@ -76,7 +81,23 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     }
     let now = clock::now_us();
     let key = ctx.open_bucket(args.key(1))?;
-    let o = bucket::consume(key.stored().as_ref(), a.limits, opts.n, mode, now);
+    let stored = key.stored_at(now);
+    if a.lease_ttl_ms.is_some() && !key.leases().has_room() {
+        return Err(parse::ERR_LEASE_FULL.into());
+    }
+    let mut o = bucket::consume(stored.as_ref(), a.limits, opts.n, mode, now);
+    let mut lease_id = 0;
+    if let (Some(ttl), Kind::Allowed) = (a.lease_ttl_ms, o.kind) {
+        lease_id = key.leases().grant(opts.n, ttl, now).unwrap_or(0);
+    }
+    // What a denial waits for: one token for a peek, the chunk (at most n)
+    // for ATMOST, else all n.
+    let target = match (opts.n, opts.atmost) {
+        (0, _) => 1,
+        (n, true) => opts.min.unwrap_or(1).min(n),
+        (n, false) => n,
+    };
+    lease::wait_with_leases(&mut o, &key.leases(), target, now);
     if o.dirty {
         key.commit(&o.bucket);
     }
@@ -97,6 +118,12 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     {
         return Ok(());
     }
-    ctx.reply().ints(&reply);
+    if a.lease_ttl_ms.is_some() {
+        let mut with_id = reply.to_vec();
+        with_id.push(lease_id as i64);
+        ctx.reply().ints(&with_id);
+    } else {
+        ctx.reply().ints(&reply);
+    }
     Ok(())
 }

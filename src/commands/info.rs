@@ -3,11 +3,13 @@
 //!
 //! Reply: a flat field/value array (`tokens`, `capacity`, `rate`,
 //! `updated_at_ms`, `reset_after_ms`, `ttl_ms`), or nil for a missing key.
+//! A bucket that handed out leases adds `leases` (how many are held now)
+//! and `next_lease_expiry_ms` (ms until the first expires, -1: none held).
 
 use crate::glue::clock;
 use crate::glue::command::{key, Access, Arity, Command, Keys, Spec};
 use crate::glue::entry::{Args, CmdResult, Ctx};
-use crate::parse;
+use crate::{lease, parse};
 
 /// `TB.INFO`.
 pub struct Info;
@@ -30,11 +32,12 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let now = clock::now_us();
     let key = ctx.read_bucket(args.key(1))?;
     let r = ctx.reply();
-    let Some(stored) = key.stored() else {
+    let Some(stored) = key.stored_at(now) else {
         r.null();
         return Ok(());
     };
-    r.array(12);
+    let leases = key.leases().clone();
+    r.array(if leases.is_blank() { 12 } else { 16 });
     r.bulk(b"tokens");
     r.bulk(stored.tokens_decimal(now).as_bytes());
     r.bulk(b"capacity");
@@ -44,8 +47,14 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     r.bulk(b"updated_at_ms");
     r.int(stored.updated_us.div_euclid(1000));
     r.bulk(b"reset_after_ms");
-    r.int(stored.reset_after_ms(now));
+    r.int(lease::reset_after_ms(&stored, &leases, now));
     r.bulk(b"ttl_ms");
     r.int(key.ttl_ms());
+    if !leases.is_blank() {
+        r.bulk(b"leases");
+        r.int(leases.held.len() as i64);
+        r.bulk(b"next_lease_expiry_ms");
+        r.int(lease::next_expiry_ms(&leases, now));
+    }
     Ok(())
 }

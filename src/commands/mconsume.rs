@@ -1,16 +1,26 @@
 //! `TB.MCONSUME numkeys key [key ...] rate capacity n [rate capacity n ...]
-//! [RESERVE ms | ATMOST [MIN chunk]]`: all-or-nothing across several buckets
-//! (requests and tokens per minute, per tenant and per key): either every
-//! bucket gives its `n`, or none changes. With `ATMOST`, the parts with the
-//! largest `n` share one partial grant `g` (at least `min(chunk, n)`), taken
-//! from each of them (see [`bucket::consume_all`]). All keys must hash to
-//! one slot in a cluster (use hash tags).
+//! [RESERVE ms | ATMOST [MIN chunk]] [LEASE part ttl-ms ...]`: all-or-nothing
+//! across several buckets (requests and tokens per minute, requests in
+//! flight, per tenant and per key): either every bucket gives its `n`, or
+//! none changes. With `ATMOST`, the parts with the largest `n` share one
+//! partial grant `g` (at least `min(chunk, n)`), taken from each of them (see
+//! [`bucket::consume_all`]). All keys must hash to one slot in a cluster (use
+//! hash tags).
 //!
-//! Reply: `[allowed, retry_after_ms, remaining_1, ..., remaining_k]`, and
-//! with `ATMOST` one more element, `granted` (`g`, 0 when denied).
+//! `LEASE part ttl-ms` lends part `part`'s tokens (1-based) instead of
+//! taking them (see [`crate::lease`]). A lease is never reserved and never
+//! partial: with `RESERVE`, leased parts must be available now while the
+//! other parts may reserve; if a leased part is short, the whole call is
+//! denied with the wait for the leased parts; `ATMOST` with `LEASE` is an
+//! error.
+//!
+//! Reply: `[allowed, retry_after_ms, remaining_1, ..., remaining_k]`; with
+//! `ATMOST` one more element, `granted` (`g`, 0 when denied); with any `LEASE`
+//! the lease id of every part after the remaining tokens (0 for a part
+//! without a lease, or when denied).
 
 use super::consume::ATMOST_ARGS;
-use crate::bucket::{self, Mode, Part};
+use crate::bucket::{self, Kind, Mode, Part};
 use crate::glue::command::{
     block, integer, key, one_of, string, Access, Arity, Command, Keys, Spec,
 };
@@ -47,6 +57,10 @@ impl Command for Mconsume {
                 ],
             )
             .optional(),
+            block(c"lease", &[integer(c"part"), integer(c"lease-ttl-ms")])
+                .token(c"LEASE")
+                .optional()
+                .multiple(),
         ],
     };
 }
@@ -71,12 +85,45 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         .iter()
         .zip(&keys)
         .map(|(r, key)| Part {
-            stored: key.stored(),
+            stored: key.stored_at(now),
             limits: r.limits,
             n: r.n,
         })
         .collect();
-    let o = bucket::consume_all(&parts, mode, now);
+    let leased = &a.leases;
+    for (l, key) in leased.iter().zip(&keys) {
+        if l.is_some() && !key.leases().has_room() {
+            return Err(parse::ERR_LEASE_FULL.into());
+        }
+    }
+    // A lease is never reserved: a leased part short now denies the call.
+    let short: Vec<usize> = (0..parts.len())
+        .filter(|&j| {
+            leased[j].is_some() && {
+                let p = &parts[j];
+                let probe = bucket::consume(p.stored.as_ref(), p.limits, p.n, Mode::All, now);
+                probe.kind != Kind::Allowed
+            }
+        })
+        .collect();
+    let mut o = if short.is_empty() {
+        bucket::consume_all(&parts, mode, now)
+    } else {
+        bucket::consume_all(&parts, Mode::All, now)
+    };
+    let any_held = keys.iter().any(|key| !key.leases().held.is_empty());
+    if (!o.allowed && any_held) || !short.is_empty() {
+        o.retry_after_ms = wait_with_leases(&o.need, &o.buckets, &keys, &short, now);
+    }
+    let mut ids = vec![0u64; parts.len()];
+    if o.allowed {
+        for (j, ttl) in leased.iter().enumerate() {
+            if let Some(ttl) = *ttl {
+                ids[j] = keys[j].leases().grant(parts[j].n, ttl, now).unwrap_or(0);
+            }
+        }
+    }
+    let any_lease = leased.iter().any(Option::is_some);
     for ((key, b), dirty) in keys.iter().zip(&o.buckets).zip(&o.dirty) {
         if *dirty {
             key.commit(b);
@@ -87,7 +134,8 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     stats::record_multi(o.allowed, o.retry_after_ms, o.taken.iter().sum(), partial);
     top::record_multi(&o, now, |i| args.bytes(2 + i));
     let r = ctx.reply();
-    r.array(2 + o.remaining.len() + usize::from(a.atmost.is_some()));
+    let k = o.remaining.len();
+    r.array(2 + k + usize::from(a.atmost.is_some()) + if any_lease { k } else { 0 });
     r.int(i64::from(o.allowed));
     r.int(o.retry_after_ms);
     for &left in &o.remaining {
@@ -96,5 +144,38 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     if a.atmost.is_some() {
         r.int(o.granted as i64);
     }
+    if any_lease {
+        for &id in &ids {
+            r.int(id as i64);
+        }
+    }
     Ok(())
+}
+
+/// The wait of a denial counting the held leases' expiry (each part waits
+/// for what it `need`s): the longest over
+/// the parts in `only` (the leased parts short now), or over every part when
+/// `only` is empty; -1 if one of them can never succeed.
+fn wait_with_leases(
+    need: &[u64],
+    buckets: &[bucket::Bucket],
+    keys: &[BucketKey<Write>],
+    only: &[usize],
+    now: i64,
+) -> i64 {
+    let all: Vec<usize> = (0..need.len()).collect();
+    let which = if only.is_empty() { &all[..] } else { only };
+    let mut wait = 0u64;
+    for &j in which {
+        let b = &buckets[j];
+        if need[j] > b.capacity {
+            return -1;
+        }
+        let level = need[j] as i128 * bucket::NANOS;
+        match keys[j].leases().micros_until(b, level, now) {
+            Some(us) => wait = wait.max(us),
+            None => return -1,
+        }
+    }
+    bucket::ceil_ms(wait)
 }

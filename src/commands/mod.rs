@@ -13,6 +13,7 @@ pub mod consume;
 pub mod info;
 pub mod mconsume;
 pub mod refund;
+pub mod release;
 pub mod setstate;
 pub mod throttle;
 pub mod top;
@@ -24,6 +25,7 @@ pub const ALL: &[Registration] = &[
     Registration::of::<consume::Consume>(),
     Registration::of::<mconsume::Mconsume>(),
     Registration::of::<refund::Refund>(),
+    Registration::of::<release::Release>(),
     Registration::of::<throttle::Throttle>(),
     Registration::of::<info::Info>(),
     Registration::of::<top::Top>(),

@@ -6,7 +6,9 @@
 //!
 //! Replication and AOF rewrite send the compact binary `state`
 //! ([`crate::codec::wire`], recognised by its first byte); the decimal form,
-//! with `expire_at_ms` 0 for no expiry, is accepted too, for people and tools.
+//! with `expire_at_ms` 0 for no expiry, is accepted too, for people and tools
+//! (the compact state's tag 2 carries the bucket's leases; the decimal form
+//! has none).
 //! A write that leaves a bucket full deletes its key and replicates `key
 //! DEL`: the module's own command, which `rename-command` cannot take away
 //! as it can `DEL`. The deletion form removes a bucket, never other data
@@ -61,8 +63,9 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     match a {
         SetStateArgs::State {
             bucket,
+            leases,
             expire_at_ms,
-        } => key.set_state(&bucket, expire_at_ms),
+        } => key.set_state(&bucket, leases, expire_at_ms),
         SetStateArgs::Delete => key.delete_state(),
     }
     ctx.reply().ok();

@@ -45,7 +45,13 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let a = parse::throttle_args(args)?;
     let now = clock::now_us();
     let key = ctx.open_bucket(args.key(1))?;
-    let o = bucket::consume(key.stored().as_ref(), a.limits, a.quantity, Mode::All, now);
+    let o = bucket::consume(
+        key.stored_at(now).as_ref(),
+        a.limits,
+        a.quantity,
+        Mode::All,
+        now,
+    );
     if o.dirty {
         key.commit(&o.bucket);
     }

@@ -4,9 +4,9 @@
 //!
 //! The value is one allocation in one of two forms, told apart by bit 0 of
 //! its first word: the 32-byte packed form ([`packed`]) for every realistic
-//! bucket, or the wide form (a tag word and the [`Bucket`]) for states that
-//! do not fit, chosen again at every write. The wide form is also where
-//! state beyond the bucket itself (a bounded list of leases, say) will go.
+//! bucket, or the wide form (a tag word, the [`Bucket`] and its [`Leases`])
+//! for states that do not fit or that handed out leases, chosen again at
+//! every write.
 
 use std::os::raw::{c_int, c_void};
 
@@ -17,6 +17,7 @@ use super::entry::guard;
 use super::store::SETSTATE;
 use crate::bucket::Bucket;
 use crate::codec::{packed, rdb_v1, rdb_v2, wire};
+use crate::lease::Leases;
 
 /// RDB encoding version of a bucket. Version 2 saves the [`rdb_v2`] string;
 /// version 1 (six integers, [`rdb_v1`]) is still loaded. Bump it when the
@@ -58,25 +59,51 @@ pub fn tb_type() -> *mut raw::RedisModuleType {
 /// First word of the wide form (bit 0 set; the packed form has it clear).
 const WIDE: u64 = 1;
 
-/// The wide form of a value.
+/// The wide form of a value: 64 bytes, the leases' pointer in what would
+/// be the padding before the 16-byte-aligned bucket, so a wide bucket that
+/// never lent a token costs no more than it did before leases.
 #[repr(C)]
 struct Wide {
     /// Always [`WIDE`].
     tag: u64,
+    /// The leases, if the bucket ever handed one out.
+    leases: Option<Box<Leases>>,
     bucket: Bucket,
+}
+
+const _: () = assert!(
+    std::mem::size_of::<Wide>() == 64,
+    "the wide form stays 64 bytes"
+);
+
+/// The leases as the wide form holds them.
+fn boxed(leases: &Leases) -> Option<Box<Leases>> {
+    (!leases.is_blank()).then(|| Box::new(leases.clone()))
 }
 
 /// A value as Redis holds it: points to a packed form or a wide form.
 type Value = *mut c_void;
 
-/// A new value holding `b`, in the smallest form that holds it exactly.
-/// Redis owns it once it is set on a key, and frees it through [`free`].
-pub fn new_value(b: &Bucket) -> Value {
-    match packed::pack(b) {
+/// The packed form of `b` with `leases`, if it takes that form: a bucket
+/// that never handed out a lease and fits 256 bits.
+fn packs(b: &Bucket, leases: &Leases) -> Option<[u64; packed::WORDS]> {
+    if leases.is_blank() {
+        packed::pack(b)
+    } else {
+        None
+    }
+}
+
+/// A new value holding `b` and `leases`, in the smallest form that holds
+/// them exactly. Redis owns it once it is set on a key, and frees it
+/// through [`free`].
+pub fn new_value(b: &Bucket, leases: &Leases) -> Value {
+    match packs(b, leases) {
         Some(words) => Box::into_raw(Box::new(words)).cast(),
         None => Box::into_raw(Box::new(Wide {
             tag: WIDE,
             bucket: *b,
+            leases: boxed(leases),
         }))
         .cast(),
     }
@@ -106,17 +133,49 @@ pub unsafe fn read_value(v: Value) -> Bucket {
     }
 }
 
-/// Writes `b` into `v` when `v`'s form is the one `b` takes; false if the
-/// form changes (the caller then replaces the value with [`new_value`]).
+/// The leases in `v` (blank for the packed form).
+///
+/// # Safety
+/// `v` was made by [`new_value`] and is live.
+pub unsafe fn read_leases(v: Value) -> Leases {
+    // SAFETY: the tag says which form `v` points to.
+    unsafe {
+        if is_wide(v) {
+            (*v.cast::<Wide>())
+                .leases
+                .as_deref()
+                .cloned()
+                .unwrap_or_default()
+        } else {
+            Leases::default()
+        }
+    }
+}
+
+/// Writes `b` and `leases` into `v` when `v`'s form is the one they take;
+/// false if the form changes (the caller then replaces the value with
+/// [`new_value`]).
 ///
 /// # Safety
 /// `v` was made by [`new_value`], is live, and nothing else refers to it.
-pub unsafe fn write_value(v: Value, b: &Bucket) -> bool {
+pub unsafe fn write_value(v: Value, b: &Bucket, leases: &Leases) -> bool {
     // SAFETY: the tag says which form `v` points to; it is not shared.
     unsafe {
-        match (is_wide(v), packed::pack(b)) {
+        match (is_wide(v), packs(b, leases)) {
             (false, Some(words)) => *v.cast::<[u64; packed::WORDS]>() = words,
-            (true, None) => (*v.cast::<Wide>()).bucket = *b,
+            (true, None) => {
+                let w = &mut *v.cast::<Wide>();
+                w.bucket = *b;
+                match (&mut w.leases, leases.is_blank()) {
+                    (_, true) => w.leases = None,
+                    (Some(held), false) => {
+                        if **held != *leases {
+                            (**held).clone_from(leases);
+                        }
+                    }
+                    (None, false) => w.leases = boxed(leases),
+                }
+            }
             _ => return false,
         }
     }
@@ -141,12 +200,12 @@ pub unsafe fn free_value(v: Value) {
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guard(std::ptr::null_mut(), || {
         let loaded = match encver {
-            1 => load_v1(rdb),
+            1 => load_v1(rdb).map(|b| (b, Leases::default())),
             2 => load_v2(rdb),
             _ => None,
         };
         match loaded {
-            Some(b) => new_value(&b),
+            Some((b, leases)) => new_value(&b, &leases),
             None => {
                 redis_module::logging::log_warning(
                     "tb: rejected a corrupt or truncated tb-bucket value",
@@ -172,7 +231,7 @@ fn load_v1(rdb: *mut raw::RedisModuleIO) -> Option<Bucket> {
 }
 
 /// Reads a version 2 value: one string, longer than any valid one refused.
-fn load_v2(rdb: *mut raw::RedisModuleIO) -> Option<Bucket> {
+fn load_v2(rdb: *mut raw::RedisModuleIO) -> Option<(Bucket, Leases)> {
     let mut len = 0;
     // SAFETY: rdb is the live I/O handle of this load; Redis returns a buffer
     // of `len` bytes it allocated (or NULL on an I/O error), freed below.
@@ -180,9 +239,9 @@ fn load_v2(rdb: *mut raw::RedisModuleIO) -> Option<Bucket> {
     if buf.is_null() || raw::is_io_error(rdb) {
         return None;
     }
-    let b = if len <= rdb_v2::MAX_LEN {
+    let b = if len <= rdb_v2::MAX_LEN_LEASES {
         // SAFETY: Redis guarantees `len` readable bytes at `buf`.
-        rdb_v2::decode(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) })
+        rdb_v2::decode_state(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) })
     } else {
         None
     };
@@ -194,10 +253,10 @@ fn load_v2(rdb: *mut raw::RedisModuleIO) -> Option<Bucket> {
 extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     guard((), || {
         // SAFETY: Redis passes a value created by this type.
-        let b = unsafe { read_value(value) };
-        let mut buf = [0u8; rdb_v2::MAX_LEN];
-        let len = rdb_v2::encode(&b, &mut buf);
-        raw::save_slice(rdb, &buf[..len]);
+        let (b, leases) = unsafe { (read_value(value), read_leases(value)) };
+        let mut buf = Vec::with_capacity(rdb_v2::MAX_LEN);
+        rdb_v2::encode_state(&b, &leases, &mut buf);
+        raw::save_slice(rdb, &buf);
     })
 }
 
@@ -210,9 +269,10 @@ extern "C" fn aof_rewrite(
 ) {
     guard((), || {
         // SAFETY: Redis passes a value created by this type.
-        let b = unsafe { read_value(value) };
-        let mut buf = [0u8; wire::MAX_LEN];
-        let len = wire::encode(&b, 0, &mut buf);
+        let (b, leases) = unsafe { (read_value(value), read_leases(value)) };
+        let mut buf = Vec::with_capacity(wire::MAX_LEN);
+        wire::encode_state(&b, &leases, 0, &mut buf);
+        let len = buf.len();
         // SAFETY: the format string matches the arguments: s = RedisModuleString*,
         // b = (char*, size_t).
         unsafe {
@@ -231,14 +291,20 @@ extern "C" fn aof_rewrite(
 extern "C" fn mem_usage(value: *const c_void) -> usize {
     // SAFETY: Redis passes a value created by this type.
     if unsafe { is_wide(value.cast_mut()) } {
+        // SAFETY: the tag says it is the wide form.
+        let leases = unsafe { (*value.cast::<Wide>()).leases.as_deref() };
         std::mem::size_of::<Wide>()
+            + leases.map_or(0, |l| {
+                std::mem::size_of::<Leases>()
+                    + l.held.capacity() * std::mem::size_of::<crate::lease::Lease>()
+            })
     } else {
         std::mem::size_of::<[u64; packed::WORDS]>()
     }
 }
 
-/// The digest covers the bucket's fields, whatever its form (the form
-/// follows from them, so master and replica always agree on it anyway).
+/// The digest covers the bucket's fields and its leases, whatever its form
+/// (the form follows from them, so master and replica always agree on it).
 extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     guard((), || {
         // SAFETY: Redis passes a value created by this type and a live digest.
@@ -252,6 +318,15 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
             add(md, b.rate.num() as i64);
             add(md, b.rate.den() as i64);
             add(md, b.capacity as i64);
+            let leases = read_leases(value);
+            if !leases.is_blank() {
+                add(md, leases.last_id as i64);
+                for l in &leases.held {
+                    add(md, l.id as i64);
+                    add(md, l.n as i64);
+                    add(md, l.expires_us);
+                }
+            }
             raw::RedisModule_DigestEndSequence.unwrap()(md);
         }
     })
@@ -271,6 +346,7 @@ extern "C" fn copy(
 ) -> *mut c_void {
     guard(std::ptr::null_mut(), || {
         // SAFETY: Redis passes a value created by this type.
-        new_value(&unsafe { read_value(value.cast_mut()) })
+        let (b, leases) = unsafe { (read_value(value.cast_mut()), read_leases(value.cast_mut())) };
+        new_value(&b, &leases)
     })
 }

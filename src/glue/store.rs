@@ -7,7 +7,7 @@
 //! that change it, so writing a key whose type was not checked, or one
 //! opened for reading, does not compile.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell, RefMut};
 use std::marker::PhantomData;
 use std::os::raw::{c_longlong, c_void};
 
@@ -18,6 +18,7 @@ use super::datatype::{self, tb_type};
 use super::entry::{CmdError, Ctx, KeyName};
 use crate::bucket::{Bucket, Expiry};
 use crate::codec::wire;
+use crate::lease::{self, Leases};
 
 /// Name of the internal command that sets a bucket's absolute state; it is
 /// what replicas and the AOF receive instead of the client's command.
@@ -41,6 +42,9 @@ pub struct BucketKey<'c, M> {
     /// The stored value found when the key was opened (null if none), so
     /// that [`BucketKey::put`] writes it in place without asking Redis again.
     value: Cell<*mut c_void>,
+    /// The stored bucket's leases, as the command changes them; written
+    /// with the bucket by [`BucketKey::commit`].
+    leases: RefCell<Leases>,
     _mode: PhantomData<M>,
 }
 
@@ -127,6 +131,7 @@ impl<'c, M> BucketKey<'c, M> {
             name,
             stored: None,
             value: Cell::new(std::ptr::null_mut()),
+            leases: RefCell::new(Leases::default()),
             _mode: PhantomData,
         };
         k.stored = k.get()?;
@@ -136,6 +141,22 @@ impl<'c, M> BucketKey<'c, M> {
     /// The bucket the key held when it was opened (`None`: no key).
     pub fn stored(&self) -> Option<Bucket> {
         self.stored
+    }
+
+    /// The stored bucket as of `now_us`: the tokens of leases expired by
+    /// then are back in it, and those leases are gone from
+    /// [`BucketKey::leases`] (written with the next commit; until then the
+    /// stored state still has them, which reads the same).
+    pub fn stored_at(&self, now_us: i64) -> Option<Bucket> {
+        self.stored.map(|mut b| {
+            self.leases.borrow_mut().expire(&mut b, now_us);
+            b
+        })
+    }
+
+    /// The leases held on this key (as of [`BucketKey::stored_at`]'s time).
+    pub fn leases(&self) -> RefMut<'_, Leases> {
+        self.leases.borrow_mut()
     }
 
     /// Milliseconds until the key expires, or -1 without expiry.
@@ -155,6 +176,9 @@ impl<'c, M> BucketKey<'c, M> {
         let found = self.value_ptr()?;
         self.value.set(found.unwrap_or(std::ptr::null_mut()));
         // SAFETY: a non-null value of our type is a live value of datatype.rs.
+        *self.leases.borrow_mut() =
+            found.map_or_else(Leases::default, |p| unsafe { datatype::read_leases(p) });
+        // SAFETY: as above.
         Ok(found.map(|p| unsafe { datatype::read_value(p) }))
     }
 
@@ -183,7 +207,8 @@ impl<'c> BucketKey<'c, Write> {
     /// full is deleted instead (a missing key reads as a full bucket).
     pub fn commit(&self, b: &Bucket) {
         self.ctx.mark_effects();
-        let deleted = match expire_at_ms(b) {
+        let at = expire_at_ms(b, &self.leases.borrow());
+        let deleted = match at {
             None => {
                 self.delete();
                 // Not as DEL: rename-command can rename DEL away, and then
@@ -216,8 +241,9 @@ impl<'c> BucketKey<'c, Write> {
     /// Stores `b` with the absolute expiry `at_ms` (0: none) exactly as
     /// given (TB.SETSTATE), and replicates the command as it came: it is
     /// deterministic.
-    pub fn set_state(&self, b: &Bucket, at_ms: i64) {
+    pub fn set_state(&self, b: &Bucket, leases: Leases, at_ms: i64) {
         self.ctx.mark_effects();
+        *self.leases.borrow_mut() = leases;
         self.put(b);
         self.set_expire_at(at_ms);
         self.signal_modified();
@@ -244,12 +270,13 @@ impl<'c> BucketKey<'c, Write> {
     /// the old one (keeping the key's expiry).
     fn put(&self, b: &Bucket) {
         let existing = self.value.get();
+        let leases = self.leases.borrow();
         // SAFETY: the key was opened with this value under it, still open,
         // and no reference to the value is held.
-        if !existing.is_null() && unsafe { datatype::write_value(existing, b) } {
+        if !existing.is_null() && unsafe { datatype::write_value(existing, b, &leases) } {
             return;
         }
-        let value = datatype::new_value(b);
+        let value = datatype::new_value(b, &leases);
         // SAFETY: the key is open for writing and holds our type's `existing`
         // value, or nothing; Redis owns `value` from here on and frees it
         // through the type's free callback; the replaced value is ours to free.
@@ -335,8 +362,9 @@ impl<'c> BucketKey<'c, Write> {
     /// binary form ([`wire`]): about a third of the bytes of the decimal
     /// form, and one string object for Redis to build instead of six.
     fn replicate_state(&self, b: &Bucket, at_ms: i64) {
-        let mut buf = [0u8; wire::MAX_LEN];
-        let len = wire::encode(b, at_ms, &mut buf);
+        let mut buf = Vec::with_capacity(wire::MAX_LEN);
+        wire::encode_state(b, &self.leases.borrow(), at_ms, &mut buf);
+        let len = buf.len();
         // SAFETY: ctx and name are live; the format string matches the
         // arguments: s = RedisModuleString*, b = (char*, size_t).
         unsafe {
@@ -360,13 +388,14 @@ impl<M> Drop for BucketKey<'_, M> {
     }
 }
 
-/// The absolute expiry to store with `b` in ms (0: none), or `None` when the
-/// bucket is full and its key can simply be deleted.
-pub fn expire_at_ms(b: &Bucket) -> Option<i64> {
+/// The absolute expiry to store with `b` and its leases in ms (0: none), or
+/// `None` when the bucket is full, holds no lease, and its key can simply
+/// be deleted (see [`lease::key_expiry`]).
+pub fn expire_at_ms(b: &Bucket, leases: &Leases) -> Option<i64> {
     if !config::expire_idle() {
         return Some(0);
     }
-    match b.expiry() {
+    match lease::key_expiry(b, leases) {
         Expiry::Now => None,
         Expiry::AtMs(ms) => Some(ms),
         Expiry::Never => Some(0),

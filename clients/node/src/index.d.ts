@@ -49,8 +49,17 @@ export interface AcquireOptions {
 
 /** The reply of TB.CONSUME. A denial carries `retryAfterMs > 0` too: check `allowed`. */
 export declare class Result {
-  constructor(allowed: boolean, remaining: number, retryAfterMs: number, resetAfterMs: number, granted: number);
+  constructor(
+    allowed: boolean,
+    remaining: number,
+    retryAfterMs: number,
+    resetAfterMs: number,
+    granted: number,
+    leaseId?: number | null,
+  );
   static fromReply(reply: ReadonlyArray<unknown>): Result;
+  /** With LEASE: the lease id (0 when denied); else null. */
+  readonly leaseId: number | null;
   readonly allowed: boolean;
   /** Whole tokens left, never negative. */
   readonly remaining: number;
@@ -173,8 +182,24 @@ export declare class TokenBucket {
   refund(n: Amount): Promise<number | null>;
   /** The bucket as of now, or null for a missing key (a full bucket). */
   info(): Promise<BucketInfo | null>;
+  /** TB.CONSUME ... LEASE: lends n tokens until released or `ttlMs` passes; retried until `timeoutMs`. */
+  lease(n?: Amount, options?: LeaseOptions): Promise<Result>;
+  /** Runs `fn` holding a lease; releases it after (settles it when `fn` returns `{ used }`). */
+  withLease<T>(n: Amount, options: LeaseOptions, fn: (r: Result) => Promise<T> | T): Promise<T>;
+  /** TB.RELEASE: the tokens given back, or null when the lease is not held. */
+  release(leaseId: Amount): Promise<number | null>;
+  /** TB.RELEASE ... USED: settles a lease once; negative when an overrun was charged; null if not held. */
+  settle(leaseId: Amount, used: Amount): Promise<number | null>;
   /** Batches of this bucket's tokens handed out locally, for a hot key. */
   batched(batch: number, options?: BatchOptions): Batcher;
+}
+
+export interface LeaseOptions {
+  /** How long the lease lasts if never released, in ms (1 to 86400000). */
+  ttlMs: number;
+  /** How long to keep trying for it (default: until granted or never possible). */
+  timeoutMs?: number;
+  signal?: AbortSignal;
 }
 
 export interface BatchOptions {

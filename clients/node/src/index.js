@@ -118,19 +118,21 @@ function seconds(ms) {
  * A denial carries `retryAfterMs > 0` too: check `allowed`, never the wait.
  */
 export class Result {
-  constructor(allowed, remaining, retryAfterMs, resetAfterMs, granted) {
+  constructor(allowed, remaining, retryAfterMs, resetAfterMs, granted, leaseId = null) {
     this.allowed = allowed;
     this.remaining = remaining;
     this.retryAfterMs = retryAfterMs;
     this.resetAfterMs = resetAfterMs;
     this.granted = granted;
+    /** With LEASE: the lease id (0 when denied); else null. */
+    this.leaseId = leaseId;
     Object.freeze(this);
   }
 
-  /** Builds a result from the reply's five integers. */
+  /** Builds a result from the reply's five integers (six with a lease id). */
   static fromReply(reply) {
-    const [a, rem, retry, reset, granted] = reply.map(int);
-    return new Result(a === 1, rem, retry, reset, granted);
+    const [a, rem, retry, reset, granted, leaseId] = reply.map(int);
+    return new Result(a === 1, rem, retry, reset, granted, reply.length > 5 ? leaseId : null);
   }
 
   /** True when the request can never succeed (n > capacity, or rate 0 and too few tokens). */
@@ -145,7 +147,8 @@ export class Result {
 
   /** The reply as the server sent it. */
   get reply() {
-    return [this.allowed ? 1 : 0, this.remaining, this.retryAfterMs, this.resetAfterMs, this.granted];
+    const head = [this.allowed ? 1 : 0, this.remaining, this.retryAfterMs, this.resetAfterMs, this.granted];
+    return this.leaseId === null ? head : [...head, this.leaseId];
   }
 }
 
@@ -643,6 +646,78 @@ export class TokenBucket {
    */
   async refund(n) {
     const reply = await this.limiter._run(this.limiter._conn, 'TB.REFUND', [this.key], [amountArg(n)]);
+    return reply === null ? null : int(reply);
+  }
+
+  /**
+   * Takes a lease of `n` tokens (TB.CONSUME ... LEASE ttlMs): they come back
+   * on `release(result.leaseId)`, or `ttlMs` later if the holder vanishes.
+   * A lease is never reserved: a denial is tried again, backing off from
+   * 10 ms to 500 ms (a release may come before the wait the server names),
+   * until `timeoutMs` (default: until granted or never possible); then
+   * {@link RateLimited}. An aborted `signal` throws its reason; a lease
+   * granted meanwhile is released.
+   */
+  async lease(n = 1, { ttlMs, timeoutMs, signal } = {}) {
+    const ttl = waitArg(ttlMs, 'ttlMs');
+    if (ttl < 1) throw new RangeError('ttlMs must be at least 1');
+    const deadline = timeoutMs === undefined ? null : Date.now() + waitArg(timeoutMs, 'timeoutMs');
+    let backoff = 10;
+    for (;;) {
+      signal?.throwIfAborted();
+      const reply = await this.limiter._run(this.limiter._conn, 'TB.CONSUME', [this.key], this._args(n, 'LEASE', String(ttl)));
+      const r = Result.fromReply(reply);
+      if (r.allowed) {
+        if (signal?.aborted) {
+          await this.release(r.leaseId).catch(() => {});
+          throw signal.reason;
+        }
+        return r;
+      }
+      const left = deadline === null ? Infinity : deadline - Date.now();
+      if (r.never || left <= 0) throw new RateLimited(this.key, r);
+      await pause(Math.max(1, Math.min(backoff, r.retryAfterMs, left)), signal);
+      backoff = Math.min(backoff * 2, 500);
+    }
+  }
+
+  /**
+   * Runs `fn(result)` holding a lease of `n` tokens, and releases it when
+   * `fn` settles, also when it throws. `fn` may return `{ used }` to settle
+   * the lease to the tokens used instead (see {@link TokenBucket#settle}).
+   */
+  async withLease(n, options, fn) {
+    const r = await this.lease(n, options);
+    let used;
+    try {
+      const out = await fn(r);
+      used = out && typeof out === 'object' && 'used' in out ? out.used : undefined;
+      return out;
+    } finally {
+      await (used === undefined ? this.release(r.leaseId) : this.settle(r.leaseId, used));
+    }
+  }
+
+  /**
+   * TB.RELEASE: gives a lease's tokens back (never above capacity). Returns
+   * how many, or null when the lease is not held (released already,
+   * expired): a retried release does nothing.
+   */
+  async release(leaseId) {
+    const reply = await this.limiter._run(this.limiter._conn, 'TB.RELEASE', [this.key], [amountArg(leaseId, 'leaseId')]);
+    return reply === null ? null : int(reply);
+  }
+
+  /**
+   * TB.RELEASE ... USED: settles a lease to the `used` tokens: the rest
+   * comes back, an overrun is charged (into debt: later callers wait).
+   * Returns the tokens given back (negative: charged), or null when the
+   * lease was settled or released already, or expired: a retried settle
+   * never applies twice.
+   */
+  async settle(leaseId, used) {
+    const args = [amountArg(leaseId, 'leaseId'), 'USED', amountArg(used, 'used')];
+    const reply = await this.limiter._run(this.limiter._conn, 'TB.RELEASE', [this.key], args);
     return reply === null ? null : int(reply);
   }
 

@@ -345,6 +345,47 @@ test('a shared sequence agrees, the clock moving between calls', async () => {
   assert.deepEqual(await Promise.all(raw.map((r) => r.exists('e', 'f'))), ['0', '0'], 'errors change nothing');
 });
 
+// Leases (issue 13): lent, released once, settled up and down, expired
+// lazily, and leased parts of TB.MCONSUME. '$x' stands for the lease id a
+// step saved as 'x' (the last element of its reply).
+const LEASES = [
+  [0, 'a', ['TB.CONSUME', 'in', '0', '2', '1', 'LEASE', '1000']],
+  [1, 'b', ['TB.CONSUME', 'in', '0', '2', '1', 'LEASE', '2000']],
+  [0, '', ['TB.CONSUME', 'in', '0', '2', '1', 'LEASE', '1000']], // denied: the wait for the first expiry
+  [0, '', ['TB.CONSUME', 'in', '0', '2', '0']],
+  [0, '', ['TB.RELEASE', 'in', '$a']],
+  [0, '', ['TB.RELEASE', 'in', '$a']], // nil the second time
+  [2_000_000, '', ['TB.CONSUME', 'in', '0', '2', '2', 'LEASE', '500']], // b expired
+  [0, '', ['TB.RELEASE', 'in', '$b']],
+  [0, 't', ['TB.CONSUME', 'tpm', '100', '1000', '400', 'LEASE', '60000']],
+  [10_000, '', ['TB.RELEASE', 'tpm', '$t', 'USED', '900']], // into debt
+  [0, '', ['TB.CONSUME', 'tpm', '100', '1000', '200']],
+  [0, 'i', ['TB.MCONSUME', '3', '{u}r', '{u}t', '{u}i', '60/m', '60', '1', '1000/m', '1000', '300', '0', '1', '1',
+    'LEASE', '3', '30000', 'LEASE', '2', '30000']],
+  [0, '', ['TB.MCONSUME', '3', '{u}r', '{u}t', '{u}i', '60/m', '60', '1', '1000/m', '1000', '300', '0', '1', '1',
+    'LEASE', '3', '30000', 'RESERVE', '10000']], // the leased part is short: denied
+  [0, '', ['TB.RELEASE', '{u}t', '$i', 'USED', '100']],
+  [0, '', ['TB.CONSUME', 'e', '1', '5', 'LEASE', '0']],
+  [0, '', ['TB.CONSUME', 'e', '1', '5', '1', 'RESERVE', '5', 'LEASE', '9']],
+  [0, '', ['TB.RELEASE', 'e', '1', 'KEEP', '1']],
+  [0, '', ['TB.MCONSUME', '1', 'e', '1', '5', '1', 'LEASE', '2', '100']],
+];
+
+test('leases agree: lent, released once, settled, expired, in TB.MCONSUME', async () => {
+  await flush();
+  const ids = {};
+  for (const [delta, save, raw] of LEASES) {
+    step(delta);
+    const s = raw.map((a) => (a.startsWith('$') ? ids[a.slice(1)] : a));
+    const reply = await same(call(...s), s);
+    if (save) {
+      assert.ok(Array.isArray(reply) && Number(reply[0]) === 1, JSON.stringify([s, String(reply)]));
+      ids[save] = String(reply[reply.length - 1]);
+    }
+    await keysAgree(keysOf(s), s);
+  }
+});
+
 test('WRONGTYPE agrees, and changes nothing', async () => {
   await flush();
   for (const r of raw) await r.set('s', 'x');

@@ -52,6 +52,33 @@ for (const lib of LIBRARIES) {
         assert.ok(denied.retryAfterMs > 0 && denied.retryAfterMs <= 100, `${denied.retryAfterMs}`);
       });
 
+      test('leases: held, released once, settled, and released when the work throws', async () => {
+        const inflight = limiter.bucket('inflight', 0, 1);
+        const r = await inflight.lease(1, { ttlMs: 60_000 });
+        assert.ok(r.allowed && r.leaseId > 0, `${r.reply}`);
+        assert.equal(r.reply.length, 6);
+        const full = await inflight.consume();
+        assert.ok(!full.allowed && full.retryAfterMs > 59_000, 'the wait for the lease to expire');
+        await assert.rejects(inflight.lease(1, { ttlMs: 100, timeoutMs: 30 }), RateLimited);
+        assert.equal(await inflight.release(r.leaseId), 1);
+        assert.equal(await inflight.release(r.leaseId), null, 'a second release gives nothing back');
+        await assert.rejects(
+          inflight.withLease(1, { ttlMs: 60_000 }, async () => {
+            throw new Error('boom');
+          }),
+          /boom/,
+        );
+        assert.ok((await inflight.peek()).allowed, 'released when the work threw');
+        const tpm = limiter.bucket('tpm', FROZEN, 1000);
+        const out = await tpm.withLease(400, { ttlMs: 60_000 }, async () => ({ used: 900 }));
+        assert.deepEqual(out, { used: 900 });
+        const i = await tpm.info();
+        assert.equal(String(i.tokens), '100', 'the overrun of 500 charged');
+        const est = await tpm.lease(50, { ttlMs: 60_000 });
+        assert.equal(await tpm.settle(est.leaseId, 10), 40);
+        assert.equal(await tpm.settle(est.leaseId, 10), null, 'a settle applies once');
+      });
+
       test('atmost with a chunk grants a chunk or nothing, alone and shared', async () => {
         const b = limiter.bucket('bw', FROZEN, 100);
         assert.equal((await b.consume(70)).granted, 70);

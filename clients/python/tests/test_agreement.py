@@ -313,6 +313,87 @@ def test_sequence_agrees(pair: Pair) -> None:
         pair.keys_agree(*keys, what=step)
 
 
+# Leases (issue 13): lent tokens, released once, settled to the tokens used,
+# expired lazily; the clock moves (microseconds) before some calls. "$x"
+# stands for the lease id a step saved as "x" (the last element of its
+# reply, or of the lease ids of TB.MCONSUME's part 3 then 2).
+LEASE_SEQUENCE: list[tuple[int, str, tuple[str, ...]]] = [
+    (0, "a", ("TB.CONSUME", "in", "0", "2", "1", "LEASE", "1000")),
+    (1, "b", ("TB.CONSUME", "in", "0", "2", "1", "LEASE", "2000")),
+    (0, "", ("TB.CONSUME", "in", "0", "2", "1", "LEASE", "1000")),  # denied: the wait for the first expiry
+    (0, "", ("TB.CONSUME", "in", "0", "2", "0")),  # a peek counts the leases too
+    (0, "", ("TB.CONSUME", "in", "0", "2", "2")),
+    (0, "", ("TB.CONSUME", "in", "0", "2", "3")),  # above capacity: never
+    (0, "", ("TB.RELEASE", "in", "$a")),
+    (0, "", ("TB.RELEASE", "in", "$a")),  # a second release: nil, nothing changes
+    (0, "", ("TB.RELEASE", "in", "0")),
+    (0, "", ("TB.RELEASE", "missing", "5")),
+    (999_999, "c", ("TB.CONSUME", "in", "0", "2", "1", "LEASE", "500")),
+    (1_000_000, "", ("TB.CONSUME", "in", "0", "2", "1", "LEASE", "500")),  # b and c expired
+    (0, "", ("TB.REFUND", "in", "1")),
+    (0, "", ("TB.RELEASE", "in", "$b")),  # expired: nil
+    (600_000, "", ("TB.INFO", "in")),
+    (0, "", ("TB.CONSUME", "in", "0", "2", "1")),  # a plain take on a bucket with leases
+    (3 * SEC, "", ("TB.CONSUME", "in", "0", "2", "1", "LEASE", "1")),
+    (1_000, "", ("TB.INFO", "in")),
+    # Settling: a token bucket, an estimate lent, the use charged or refunded.
+    (0, "t1", ("TB.CONSUME", "tpm", "100", "1000", "400", "LEASE", "60000")),
+    (0, "t2", ("TB.CONSUME", "tpm", "100", "1000", "500", "LEASE", "60000")),
+    (10_000, "", ("TB.RELEASE", "tpm", "$t1", "USED", "900")),  # into debt
+    (0, "", ("TB.CONSUME", "tpm", "100", "1000", "200")),
+    (0, "", ("TB.RELEASE", "tpm", "$t2", "USED", "100")),
+    (0, "", ("TB.RELEASE", "tpm", "$t2", "USED", "100")),  # a retried settle: nil, applied once
+    (0, "", ("TB.CONSUME", "tpm", "100", "1000", "100", "RESERVE", "5000")),
+    (0, "", ("TB.INFO", "tpm")),
+    # In one call: requests, tokens and in-flight; the in-flight part leased.
+    (0, "i", ("TB.MCONSUME", "3", "{u}r", "{u}t", "{u}i", "60/m", "60", "1", "1000/m", "1000", "300", "0", "1", "1",
+              "LEASE", "3", "30000", "LEASE", "2", "30000")),
+    (0, "", ("TB.MCONSUME", "3", "{u}r", "{u}t", "{u}i", "60/m", "60", "1", "1000/m", "1000", "300", "0", "1", "1",
+             "LEASE", "3", "30000", "RESERVE", "10000")),  # the leased part is short: denied, its wait
+    (0, "", ("TB.MCONSUME", "2", "{u}r", "{u}t", "60/m", "60", "1", "1000/m", "1000", "900", "RESERVE", "60000")),
+    (0, "", ("TB.MCONSUME", "2", "{u}r", "{u}i", "60/m", "60", "1", "0", "1", "1")),  # no lease here, the wait counts it
+    (5 * SEC, "", ("TB.MCONSUME", "2", "{u}t", "{u}i", "1000/m", "1000", "1", "0", "1", "1", "LEASE", "2", "100")),
+    (0, "", ("TB.RELEASE", "{u}t", "$i", "USED", "250")),
+    (30 * SEC, "", ("TB.MCONSUME", "2", "{u}t", "{u}i", "1000/m", "1000", "1", "0", "1", "1", "LEASE", "2", "100")),
+    (0, "", ("TB.INFO", "{u}i")),
+    (100 * SEC, "", ("TB.INFO", "{u}t")),
+    # The leased part available now, the other one reserved: granted, with
+    # the wait for the reservation.
+    (0, "", ("TB.CONSUME", "{u}t", "1000/m", "1000", "800")),
+    (0, "r", ("TB.MCONSUME", "2", "{u}t", "{u}i", "1000/m", "1000", "900", "0", "1", "1", "LEASE", "2", "5000",
+              "RESERVE", "60000")),
+    (0, "", ("TB.INFO", "{u}i")),
+]
+
+
+def test_leases_agree(pair: Pair) -> None:
+    ids: dict[str, str] = {}
+    for delta, save, raw_step in LEASE_SEQUENCE:
+        pair.step(delta)
+        step = tuple(ids[a[1:]] if a.startswith("$") else a for a in raw_step)
+        reply = pair.same(call(*step), step)
+        if save:
+            assert isinstance(reply, list) and reply[0] == 1, (step, reply)
+            ids[save] = str(reply[-1])
+        keys = step[2 : 2 + int(step[1])] if step[0] == "TB.MCONSUME" else step[1:2]
+        pair.keys_agree(*keys, what=step)
+
+
+def test_a_full_lease_table_agrees(pair: Pair) -> None:
+    """The 1025th lease on one bucket is refused by both and changes nothing;
+    a plain take still works."""
+    for lim in pair.limiters:
+        for _ in range(1024):
+            assert call("TB.CONSUME", "lf", "0", "2000", "1", "LEASE", "60000")(lim)[0] == 1
+    pair.keys_agree("lf")
+    full = pair.same(call("TB.CONSUME", "lf", "0", "2000", "1", "LEASE", "60000"))
+    assert full == "error: the bucket holds 1024 leases already: release some or wait for them to expire"
+    pair.same(call("TB.MCONSUME", "1", "lf", "0", "2000", "1", "LEASE", "1", "5"))
+    pair.keys_agree("lf")
+    pair.same(call("TB.CONSUME", "lf", "0", "2000", "1"))
+    pair.keys_agree("lf")
+
+
 def test_wrongtype_agrees(pair: Pair) -> None:
     for r in pair.raw:
         r.set("s", "x")
@@ -508,11 +589,24 @@ ERROR_CALLS: dict[str, tuple[tuple[Any, ...], str]] = {
     "ERR numkeys must be an integer from 1 to 16 and match the arguments":
         (("TB.MCONSUME", "2", "e", "f", "1", "5", "1"), ""),
     "ERR a key appears twice in TB.MCONSUME": (("TB.MCONSUME", "2", "e", "e", "1", "5", "1", "1", "5", "1"), ""),
-    "ERR unknown option: TB.MCONSUME takes RESERVE ms, or ATMOST [MIN chunk]":
+    "ERR unknown option: TB.MCONSUME takes RESERVE ms, or ATMOST [MIN chunk], and LEASE part ttl-ms":
         (("TB.MCONSUME", "1", "e", "1", "5", "1", "BLOCK", "5"), ""),
     "ERR MIN takes a chunk, an integer from 1 to capacity": (("TB.CONSUME", "e", "1", "5", "9", "ATMOST", "MIN", "6"), ""),
     "ERR MIN needs ATMOST": (("TB.CONSUME", "e", "1", "5", "9", "MIN", "2"), ""),
     "WRONGTYPE Operation against a key holding the wrong kind of value": (("TB.INFO", "str"), ""),
+    "ERR LEASE takes a TTL in milliseconds, an integer from 1 to 86400000": (("TB.CONSUME", "e", "1", "5", "LEASE", "0"), ""),
+    "ERR LEASE given twice": (("TB.CONSUME", "e", "1", "5", "LEASE", "1", "LEASE", "1"), ""),
+    "ERR LEASE cannot be combined with RESERVE, BLOCK or ATMOST":
+        (("TB.CONSUME", "e", "1", "5", "1", "RESERVE", "5", "LEASE", "100"), ""),
+    "ERR LEASE needs n of at least 1":
+        (("TB.MCONSUME", "2", "e", "f", "1", "5", "1", "0", "1", "0", "LEASE", "2", "100"), ""),
+    "ERR the bucket holds 1024 leases already: release some or wait for them to expire":
+        (("TB.CONSUME", "lf", "0", "2000", "1", "LEASE", "60000"), ""),
+    "ERR lease-id must be an integer from 0 to 9007199254740992": (("TB.RELEASE", "e", "9007199254740993"), ""),
+    "ERR USED takes the tokens used, an integer from 0 to 9007199254740992": (("TB.RELEASE", "e", "1", "USED", "-1"), ""),
+    "ERR unknown option: TB.RELEASE takes USED n": (("TB.RELEASE", "e", "1", "KEEP", "1"), ""),
+    "ERR LEASE in TB.MCONSUME takes a part number from 1 to numkeys and a TTL":
+        (("TB.MCONSUME", "1", "e", "1", "5", "1", "LEASE", "2", "100"), ""),
 }
 
 
@@ -552,6 +646,9 @@ def test_every_error_agrees(pair: Pair) -> None:
                          "fallback answers the same way, or list them in MODULE_ONLY")
     for r in pair.raw:
         r.set("str", "x")
+    for lim in pair.limiters:  # a bucket that holds the most leases it may
+        for _ in range(1024):
+            call("TB.CONSUME", "lf", "0", "2000", "1", "LEASE", "60000")(lim)
     checked = 0
     for line, (args, expected) in ERROR_CALLS.items():
         if line not in rust:

@@ -18,12 +18,14 @@ from ._rates import LimitSpec, parse_limits
 from ._spec import BucketSpec
 from ._types import Backend, BucketInfo, MultiResult, RateLimited, Result
 from .batch import AsyncBatcher, Batcher
-from .aio import AsyncBucketGroup, AsyncLimit, AsyncLimiter, AsyncTokenBucket
-from .sync import BucketGroup, Limit, Limiter, TokenBucket
+from .aio import AsyncBucketGroup, AsyncLeased, AsyncLeasedMany, AsyncLimit, AsyncLimiter, AsyncTokenBucket
+from .sync import BucketGroup, Leased, LeasedMany, Limit, Limiter, TokenBucket
 
 __all__ = [
     "AsyncBatcher",
     "AsyncBucketGroup",
+    "AsyncLeased",
+    "AsyncLeasedMany",
     "AsyncLimit",
     "AsyncLimiter",
     "AsyncTokenBucket",
@@ -33,6 +35,8 @@ __all__ = [
     "BucketInfo",
     "BucketSpec",
     "Call",
+    "Leased",
+    "LeasedMany",
     "Limit",
     "LimitSpec",
     "Limiter",

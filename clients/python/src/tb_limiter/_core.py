@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Generator, Sequence, TypeVar, Union, cast
+from typing import Any, Callable, Generator, Mapping, Sequence, TypeVar, Union, cast
 
 from ._protocol import (
     DEFAULT_MAX_WAIT_MS,
@@ -205,6 +205,86 @@ def refund(server: ServerState, spec: BucketSpec, n: int) -> Plan[int | None]:
 def info(server: ServerState, spec: BucketSpec) -> Plan[BucketInfo | None]:
     reply = yield from execute(server, spec._info_call())
     return None if reply is None else BucketInfo.from_reply(reply)
+
+
+#: First and longest pause between two tries of a lease that was denied: a
+#: denial's ``retry_after`` is when enough leases expire, and a release can
+#: come any time before, so a lease is polled, backing off.
+LEASE_POLL = (0.01, 0.5)
+
+
+def lease_ttl_ms(ttl: float) -> int:
+    """A lease TTL in seconds as whole milliseconds (at least 1)."""
+    ms = wait_ms(ttl)
+    if ms < 1:
+        raise ValueError(f"a lease TTL must be at least 1 ms, got {ttl!r} s")
+    return ms
+
+
+def lease(
+    server: ServerState, spec: BucketSpec, n: int, ttl: float, timeout: float | None
+) -> Plan[Result]:
+    """Takes a lease of ``n`` tokens (TB.CONSUME ... LEASE). A lease is never
+    reserved: a denial is tried again, backing off, until ``timeout``
+    seconds have passed (None: until it is granted or can never be)."""
+    call = spec._lease_call(n, lease_ttl_ms(ttl))
+    return cast(Result, (yield from _poll(lambda: execute(server, call), Result.from_reply, str(spec.key), timeout)))
+
+
+def lease_many(
+    server: ServerState, items: Sequence[tuple[BucketSpec, int]], ttl: Mapping[int, float], timeout: float | None
+) -> Plan[MultiResult]:
+    """TB.MCONSUME with the parts in ``ttl`` (index from 0: TTL in seconds)
+    leased, polled like :func:`lease`."""
+    call = mconsume_call(items, None, {j: lease_ttl_ms(t) for j, t in ttl.items()})
+    name = ",".join(str(b.key) for b, _ in items)
+    return cast(
+        MultiResult,
+        (yield from _poll(lambda: execute(server, call), lambda r: MultiResult.from_reply(r, leases=True), name, timeout)),
+    )
+
+
+def _poll(run: Callable[[], Plan[Any]], parse: Callable[[Any], Any], name: str, timeout: float | None) -> Plan[Any]:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pause = LEASE_POLL[0]
+    while True:
+        r = parse((yield from run()))
+        if r.allowed:
+            return r
+        left = None if deadline is None else deadline - time.monotonic()
+        if r.never or (left is not None and left <= 0):
+            raise RateLimited(name, r)
+        wait = min(pause, r.retry_after_ms / 1000)
+        yield Sleep(max(0.001, wait if left is None else min(wait, left)))
+        pause = min(pause * 2, LEASE_POLL[1])
+
+
+def release(server: ServerState, spec: BucketSpec, lease_id: int, used: int | None) -> Plan[int | None]:
+    """TB.RELEASE: the tokens given back (negative: an overrun charged), or
+    None when the lease is not held (released already, or expired)."""
+    reply = yield from execute(server, spec._release_call(lease_id, used))
+    return None if reply is None else int(reply)
+
+
+def undo_result(server: ServerState, result: object, items: Sequence[tuple[BucketSpec, int]]) -> Plan[None]:
+    """Gives back what a reply its caller never saw took: leases are
+    released, other tokens refunded (best effort, as :func:`undo`)."""
+    ids: Sequence[int] = ()
+    if isinstance(result, Result) and result.lease_id:
+        ids = (result.lease_id,)
+    elif isinstance(result, MultiResult) and result.allowed and result.lease_ids:
+        ids = result.lease_ids
+    if not ids:
+        yield from undo(server, taken_by(result, items))
+        return
+    for (spec, n), lease_id in zip(items, ids):
+        try:
+            if lease_id:
+                yield from release(server, spec, lease_id, None)
+            elif n > 0:
+                yield from execute(server, spec._refund_call(n))
+        except Exception as e:  # noqa: BLE001 (reported, and the caller's exception goes on)
+            log.warning("tb_limiter: could not give back lease %d or %d token(s) on %r: %s", lease_id, n, spec.key, e)
 
 
 def acquire(server: ServerState, spec: BucketSpec, n: int, timeout: float | None, blocking: bool) -> Plan[Result]:

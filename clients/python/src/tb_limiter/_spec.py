@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from ._protocol import Call, amount_arg
 from ._rates import LimitSpec, RateLike, is_limits_string, parse_limits, rate_arg
@@ -47,6 +47,13 @@ class BucketSpec:
     def _info_call(self) -> Call:
         return Call("TB.INFO", (self.key,), ())
 
+    def _lease_call(self, n: int, ttl_ms: int) -> Call:
+        return Call("TB.CONSUME", (self.key,), (*self._limits(), amount_arg(n), "LEASE", str(ttl_ms)))
+
+    def _release_call(self, lease_id: int, used: int | None) -> Call:
+        extra = () if used is None else ("USED", amount_arg(used))
+        return Call("TB.RELEASE", (self.key,), (str(int(lease_id)), *extra))
+
 
 def atmost_args(atmost: bool, chunk: int | None) -> tuple[str, ...]:
     """``ATMOST [MIN chunk]``, or nothing; a chunk needs ``atmost``."""
@@ -58,16 +65,26 @@ def atmost_args(atmost: bool, chunk: int | None) -> tuple[str, ...]:
 
 
 def mconsume_call(
-    items: Sequence[tuple[BucketSpec, int]], ms: int | None, *, atmost: bool = False, chunk: int | None = None
+    items: Sequence[tuple[BucketSpec, int]],
+    ms: int | None,
+    leases: Mapping[int, int] | None = None,
+    *,
+    atmost: bool = False,
+    chunk: int | None = None,
 ) -> Call:
     """TB.MCONSUME over ``(bucket, n)`` pairs, with RESERVE ``ms`` when
-    given, or ``ATMOST [MIN chunk]``."""
+    given, or ``ATMOST [MIN chunk]``; ``leases``: {part index from 0: TTL in
+    ms} for the leased parts."""
     if not items:
         raise ValueError("consume_many needs at least one (bucket, n) pair")
     keys = tuple(b.key for b, _ in items)
     args: list[str] = []
     for b, n in items:
         args += [*b._limits(), amount_arg(n)]
+    for part, ttl_ms in sorted((leases or {}).items()):
+        if not 0 <= part < len(items):
+            raise ValueError(f"no part {part} to lease among {len(items)}")
+        args += ["LEASE", str(part + 1), str(ttl_ms)]
     if ms is not None:
         args += ["RESERVE", str(ms)]
     args += atmost_args(atmost, chunk)

@@ -31,12 +31,16 @@ class Result:
     retry_after_ms: int
     reset_after_ms: int
     granted: int
+    lease_id: int | None = None
+    """With ``LEASE``: the lease's id (0 when denied); else None."""
 
     @classmethod
     def from_reply(cls, reply: Sequence[int]) -> "Result":
-        """Builds a result from the five integers of the reply."""
-        a, rem, retry, reset, granted = (int(x) for x in reply)
-        return cls(bool(a), rem, retry, reset, granted)
+        """Builds a result from the five integers of the reply (six with a
+        lease id)."""
+        values = [int(x) for x in reply]
+        a, rem, retry, reset, granted = values[:5]
+        return cls(bool(a), rem, retry, reset, granted, values[5] if len(values) > 5 else None)
 
     @property
     def retry_after(self) -> float:
@@ -57,8 +61,9 @@ class Result:
     @property
     def reply(self) -> list[int]:
         """The reply as the server sent it."""
-        return [int(self.allowed), self.remaining, self.retry_after_ms,
+        head = [int(self.allowed), self.remaining, self.retry_after_ms,
                 self.reset_after_ms, self.granted]
+        return head if self.lease_id is None else [*head, self.lease_id]
 
 
 @dataclass(frozen=True)
@@ -72,14 +77,21 @@ class MultiResult:
     granted: int | None = None
     """With ``atmost``: the grant taken from every part asking for the
     largest ``n`` (0 when denied); None without ``atmost``."""
+    lease_ids: tuple[int, ...] = ()
+    """With ``LEASE`` parts: every part's lease id (0 for a part without a
+    lease, or when denied); else empty."""
 
     @classmethod
-    def from_reply(cls, reply: Sequence[int], atmost: bool = False) -> "MultiResult":
+    def from_reply(cls, reply: Sequence[int], atmost: bool = False, leases: bool = False) -> "MultiResult":
         """Builds a result from the reply's integers (``atmost``: the last one
-        is the grant)."""
+        is the grant; ``leases``: the call had LEASE parts, so the lease ids
+        follow the remaining tokens)."""
         values = [int(x) for x in reply]
         if atmost:
             return cls(bool(values[0]), values[1], tuple(values[2:-1]), values[-1])
+        if leases:
+            k = (len(values) - 2) // 2
+            return cls(bool(values[0]), values[1], tuple(values[2 : 2 + k]), None, tuple(values[2 + k :]))
         return cls(bool(values[0]), values[1], tuple(values[2:]))
 
     @property
@@ -96,7 +108,7 @@ class MultiResult:
     def reply(self) -> list[int]:
         """The reply as the server sent it."""
         extra = [] if self.granted is None else [self.granted]
-        return [int(self.allowed), self.retry_after_ms, *self.remaining, *extra]
+        return [int(self.allowed), self.retry_after_ms, *self.remaining, *extra, *self.lease_ids]
 
 
 @dataclass(frozen=True)

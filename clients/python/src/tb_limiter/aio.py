@@ -15,7 +15,7 @@ import asyncio
 import functools
 import os
 from types import TracebackType
-from typing import Any, Awaitable, Callable, Iterable, Literal, Sequence, TypeVar, Union, cast
+from typing import Any, Awaitable, Callable, Iterable, Literal, Mapping, Sequence, TypeVar, Union, cast
 
 import redis
 import redis.asyncio as aredis
@@ -186,6 +186,13 @@ class AsyncLimiter:
         items = list(parts)
         return await self._run(_core.acquire_many(self._server, items, timeout), items)
 
+    def lease_many(
+        self, parts: Iterable[tuple[BucketSpec, int]], *, ttl: Mapping[int, float], timeout: float | None = None
+    ) -> "AsyncLeasedMany":
+        """``async with``: see :meth:`tb_limiter.Limiter.lease_many`; the
+        leases are released on exit, also when the task is cancelled."""
+        return AsyncLeasedMany(self, list(parts), dict(ttl), timeout)
+
     async def execute(self, call: Call) -> Any:
         """Runs one command on the module or through the Lua fallback."""
         return await self._run(_core.execute(self._server, call))
@@ -248,7 +255,7 @@ class AsyncLimiter:
                 try:
                     plan.send(value) if error is None else plan.throw(error)
                 except StopIteration as done:
-                    await self._run(_core.undo(self._server, _core.taken_by(done.value, items)))
+                    await self._run(_core.undo_result(self._server, done.value, items))
                     return
             await self._run(plan, items, asyncio.CancelledError())
         except BaseException as e:  # noqa: BLE001 (the caller has gone; report, never raise)
@@ -345,6 +352,23 @@ class AsyncTokenBucket(BucketSpec):
         lim = self.limiter
         return await lim._run(_core.info(lim._server, self))
 
+    def lease(self, n: int = 1, *, ttl: float, timeout: float | None = None) -> "AsyncLeased":
+        """``async with``: holds a lease of ``n`` tokens for the block (see
+        :meth:`tb_limiter.TokenBucket.lease`); released on exit, also when
+        the task is cancelled (a reply that arrives after a cancellation is
+        released too)."""
+        return AsyncLeased(self, n, ttl, timeout)
+
+    async def release(self, lease_id: int) -> int | None:
+        """TB.RELEASE (see :meth:`tb_limiter.TokenBucket.release`)."""
+        lim = self.limiter
+        return await lim._run(_core.release(lim._server, self, lease_id, None))
+
+    async def settle(self, lease_id: int, used: int) -> int | None:
+        """TB.RELEASE ... USED (see :meth:`tb_limiter.TokenBucket.settle`)."""
+        lim = self.limiter
+        return await lim._run(_core.release(lim._server, self, lease_id, used))
+
     def limit(self, n: int = 1, *, timeout: float | None = None) -> "AsyncLimit":
         """An async decorator and ``async with`` context manager that acquires
         ``n`` tokens first."""
@@ -412,3 +436,48 @@ class AsyncLimit:
             return await fn(*args, **kwargs)
 
         return cast(F, wrapper)
+
+
+class AsyncLeased:
+    """See :meth:`AsyncTokenBucket.lease`."""
+
+    def __init__(self, bucket: AsyncTokenBucket, n: int, ttl: float, timeout: float | None) -> None:
+        self.bucket, self.n, self.ttl, self.timeout = bucket, n, ttl, timeout
+        self.result: Result | None = None
+        self.id = 0
+        self.used: int | None = None
+        self.released: int | None = None
+
+    async def __aenter__(self) -> "AsyncLeased":
+        lim = self.bucket.limiter
+        plan = _core.lease(lim._server, self.bucket, self.n, self.ttl, self.timeout)
+        self.result = await lim._run(plan, [(self.bucket, self.n)])
+        self.id = self.result.lease_id or 0
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        lim = self.bucket.limiter
+        self.released = await lim._run(_core.release(lim._server, self.bucket, self.id, self.used))
+
+
+class AsyncLeasedMany:
+    """See :meth:`AsyncLimiter.lease_many`."""
+
+    def __init__(
+        self, limiter: AsyncLimiter, items: list[tuple[BucketSpec, int]], ttl: dict[int, float], timeout: float | None
+    ) -> None:
+        self.limiter, self.items, self.ttl, self.timeout = limiter, items, ttl, timeout
+        self.result: MultiResult | None = None
+        self.used: dict[int, int] = {}
+
+    async def __aenter__(self) -> "AsyncLeasedMany":
+        lim = self.limiter
+        self.result = await lim._run(_core.lease_many(lim._server, self.items, self.ttl, self.timeout), self.items)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.result is not None
+        lim = self.limiter
+        for j, lease_id in enumerate(self.result.lease_ids):
+            if lease_id:
+                await lim._run(_core.release(lim._server, self.items[j][0], lease_id, self.used.get(j)))

@@ -7,7 +7,7 @@ import functools
 import os
 import time
 from types import TracebackType
-from typing import Any, Callable, Iterable, Literal, Sequence, TypeVar, Union, cast
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence, TypeVar, Union, cast
 
 import redis
 from redis.cluster import RedisCluster
@@ -190,6 +190,24 @@ class Limiter:
         items = list(parts)
         return self._run(_core.acquire_many(self._server, items, timeout), items)
 
+    def lease_many(
+        self, parts: Iterable[tuple[BucketSpec, int]], *, ttl: Mapping[int, float], timeout: float | None = None
+    ) -> "LeasedMany":
+        """A context manager over one all-or-nothing TB.MCONSUME whose parts
+        ``ttl`` names (index from 0: TTL in seconds) are leased: requests
+        and tokens per minute taken, one slot of in-flight requests lent::
+
+            with limiter.lease_many([(rpm, 1), (tpm, 500), (inflight, 1)], ttl={1: 60, 2: 60}) as held:
+                used = call_model()
+                held.used[1] = used     # settle the token estimate on exit
+
+        On exit every lease is released (settled to ``used[part]`` when
+        set), also on an exception. Denials are tried again, backing off,
+        until ``timeout`` seconds (None: until granted or never possible);
+        then :class:`RateLimited`."""
+        items = list(parts)
+        return LeasedMany(self, items, dict(ttl), timeout)
+
     def execute(self, call: Call) -> Any:
         """Runs one command on the module or through the Lua fallback and
         returns the raw reply."""
@@ -314,6 +332,37 @@ class TokenBucket(BucketSpec):
         lim = self.limiter
         return lim._run(_core.info(lim._server, self))
 
+    def lease(self, n: int = 1, *, ttl: float, timeout: float | None = None) -> "Leased":
+        """A context manager that holds a lease of ``n`` tokens (a slot of a
+        concurrency limit: a bucket with rate 0) for the ``with`` block::
+
+            with inflight.lease(ttl=60) as held:
+                ...                     # held.id, held.result
+                held.used = 3           # optional: settle to 3 tokens on exit
+
+        On exit the lease is released (settled to ``used`` when set), also on
+        an exception; if the process dies, the tokens come back ``ttl``
+        seconds after they were taken. A lease is never reserved: a denial is
+        tried again, backing off, until ``timeout`` seconds (None: until
+        granted or never possible); then :class:`RateLimited`."""
+        return Leased(self, n, ttl, timeout)
+
+    def release(self, lease_id: int) -> int | None:
+        """TB.RELEASE: gives a lease's tokens back (never above capacity).
+        Returns how many, or None when the lease is not held (released
+        already, expired): a retried release does nothing."""
+        lim = self.limiter
+        return lim._run(_core.release(lim._server, self, lease_id, None))
+
+    def settle(self, lease_id: int, used: int) -> int | None:
+        """TB.RELEASE ... USED: settles a lease to the ``used`` tokens: the
+        rest comes back, an overrun is charged (into debt: later callers
+        wait). Returns the tokens given back (negative: charged), or None
+        when the lease was settled or released already, or expired: a
+        retried settle never applies twice."""
+        lim = self.limiter
+        return lim._run(_core.release(lim._server, self, lease_id, used))
+
     def limit(self, n: int = 1, *, timeout: float | None = None) -> "Limit":
         """A decorator and context manager that acquires ``n`` tokens first::
 
@@ -389,3 +438,49 @@ class Limit:
             return fn(*args, **kwargs)
 
         return cast(F, wrapper)
+
+
+class Leased:
+    """See :meth:`TokenBucket.lease`: ``id`` and ``result`` once entered;
+    set ``used`` to settle the lease on exit instead of releasing it whole."""
+
+    def __init__(self, bucket: TokenBucket, n: int, ttl: float, timeout: float | None) -> None:
+        self.bucket, self.n, self.ttl, self.timeout = bucket, n, ttl, timeout
+        self.result: Result | None = None
+        self.id = 0
+        self.used: int | None = None
+        self.released: int | None = None
+
+    def __enter__(self) -> "Leased":
+        lim = self.bucket.limiter
+        self.result = lim._run(_core.lease(lim._server, self.bucket, self.n, self.ttl, self.timeout))
+        self.id = self.result.lease_id or 0
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        lim = self.bucket.limiter
+        self.released = lim._run(_core.release(lim._server, self.bucket, self.id, self.used))
+
+
+class LeasedMany:
+    """See :meth:`Limiter.lease_many`: ``result`` once entered; set
+    ``used[part]`` to settle a leased part on exit."""
+
+    def __init__(
+        self, limiter: Limiter, items: list[tuple[BucketSpec, int]], ttl: dict[int, float], timeout: float | None
+    ) -> None:
+        self.limiter, self.items, self.ttl, self.timeout = limiter, items, ttl, timeout
+        self.result: MultiResult | None = None
+        self.used: dict[int, int] = {}
+
+    def __enter__(self) -> "LeasedMany":
+        lim = self.limiter
+        self.result = lim._run(_core.lease_many(lim._server, self.items, self.ttl, self.timeout))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.result is not None
+        lim = self.limiter
+        for j, lease_id in enumerate(self.result.lease_ids):
+            if lease_id:
+                lim._run(_core.release(lim._server, self.items[j][0], lease_id, self.used.get(j)))

@@ -7,13 +7,17 @@
 --   command TB.CONSUME  : KEYS[1];        args: rate capacity [n] [RESERVE ms | BLOCK ms] [ATMOST [MIN chunk]]
 --   command TB.MCONSUME : KEYS[1..k];     args: rate capacity n [rate capacity n ...] [RESERVE ms | ATMOST [MIN chunk]]
 --   command TB.REFUND   : KEYS[1];        args: n
+--   command TB.RELEASE  : KEYS[1];        args: lease-id [USED n]
 --   command TB.INFO     : KEYS[1];        no args
+-- (TB.CONSUME also takes LEASE ttl-ms, TB.MCONSUME LEASE part ttl-ms.)
 --
 -- State: a hash per bucket with integer fields w (whole tokens, negative while
 -- reservations hold the bucket in debt), f (nano-tokens, 0 to 999999999),
 -- t (server time in microseconds at which w * 1e9 + f nano-tokens is the
 -- exact level), rn and rd (the rate as a reduced fraction rn/rd tokens per
--- second) and c (capacity): exactly the module's state. Like the module, a
+-- second) and c (capacity): exactly the module's state. A bucket that handed
+-- out leases (src/lease.rs) also has li (the last lease id) and l (the
+-- leases held: "id,n,expires_us" joined by ";", in the order of their ids). Like the module, a
 -- write settles refill only up to the last instant at which it is a whole
 -- number of nano-tokens, so nothing is ever rounded away.
 --
@@ -43,8 +47,18 @@ local ERR_MIN_ATMOST = 'ERR MIN needs ATMOST'
 local ERR_CANNOT_BLOCK = 'ERR BLOCK cannot wait inside MULTI, a script, or on a client that cannot block: use RESERVE and wait on the client'
 local ERR_NUMKEYS = 'ERR numkeys must be an integer from 1 to 16 and match the arguments'
 local ERR_DUPLICATE = 'ERR a key appears twice in TB.MCONSUME'
-local ERR_MOPTION = 'ERR unknown option: TB.MCONSUME takes RESERVE ms, or ATMOST [MIN chunk]'
+local ERR_MOPTION = 'ERR unknown option: TB.MCONSUME takes RESERVE ms, or ATMOST [MIN chunk], and LEASE part ttl-ms'
 local ERR_WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
+local ERR_LEASE_TTL = 'ERR LEASE takes a TTL in milliseconds, an integer from 1 to 86400000'
+local ERR_LEASE_TWICE = 'ERR LEASE given twice'
+local ERR_LEASE_MODE = 'ERR LEASE cannot be combined with RESERVE, BLOCK or ATMOST'
+local ERR_LEASE_N = 'ERR LEASE needs n of at least 1'
+local ERR_LEASE_FULL = 'ERR the bucket holds 1024 leases already: release some or wait for them to expire'
+local ERR_LEASE_ID = 'ERR lease-id must be an integer from 0 to 9007199254740992'
+local ERR_USED = 'ERR USED takes the tokens used, an integer from 0 to 9007199254740992'
+local ERR_RELEASE_OPTION = 'ERR unknown option: TB.RELEASE takes USED n'
+local ERR_LEASE_PART = 'ERR LEASE in TB.MCONSUME takes a part number from 1 to numkeys and a TTL'
+local MAX_LEASES = 1024
 
 -- The module's settings at their defaults (tb.max-wait-ms, tb.expire-idle).
 local MAX_WAIT_MS = 60000
@@ -547,15 +561,141 @@ local function copy(b)
   return { w = b.w, f = b.f, t = b.t, rn = b.rn, rd = b.rd, c = b.c }
 end
 
--- Writes the bucket and its expiry; a full bucket is a missing key.
-local function commit(key, b)
-  local at = expiry(b)
+---------------------------------------------------------------------------
+-- Leases (src/lease.rs): {li = last id, held = {{id, n, e}, ...}} with e the
+-- expiry in microseconds; blank when li is 0 and none is held.
+---------------------------------------------------------------------------
+
+local function blank_leases() return { li = 0, held = {} } end
+
+local function is_blank(L) return L.li == 0 and #L.held == 0 end
+
+-- The leases stored under key (whose bucket load() read).
+local function load_leases(key)
+  local v = redis.call('HMGET', key, 'li', 'l')
+  local L = blank_leases()
+  if not v[1] then return L end
+  L.li = tonumber(v[1])
+  for id, n, e in string.gmatch(v[2] or '', '(%d+),(%d+),(%-?%d+)') do
+    L.held[#L.held + 1] = { id = tonumber(id), n = tonumber(n), e = tonumber(e) }
+  end
+  return L
+end
+
+-- Adds whole tokens to b at now, never above capacity.
+local function give_back(b, back, now)
+  settle(b, now)
+  if b.w + back >= b.c then
+    b.w, b.f = b.c, 0
+    if now > b.t then b.t = now end
+  else
+    b.w = b.w + back
+  end
+end
+
+-- Returns the tokens of the leases expired at now to b and forgets them.
+local function expire_leases(b, L, now)
+  local keep, back = {}, 0
+  for _, l in ipairs(L.held) do
+    if l.e > now then keep[#keep + 1] = l else back = back + l.n end
+  end
+  L.held = keep
+  if back > 0 then give_back(b, back, now) end
+end
+
+local function grant_lease(L, n, ttl_ms, now)
+  local id = math.max(L.li + 1, now)
+  L.li = id
+  L.held[#L.held + 1] = { id = id, n = n, e = now + ttl_ms * 1000 }
+  return id
+end
+
+-- Microseconds (bignum) until b holds `level` whole tokens, counting the
+-- held leases' tokens as back at their expiry; nil if it never will.
+local function lease_micros_until(b, L, level, now)
+  local best = micros_until(b, level, now)
+  local sorted = {}
+  for i, l in ipairs(L.held) do sorted[i] = l end
+  table.sort(sorted, function(x, y)
+    if x.e ~= y.e then return x.e < y.e end
+    return x.id < y.id
+  end)
+  local back = 0
+  for _, l in ipairs(sorted) do
+    back = back + l.n
+    local us = micros_until(b, level - back, now)
+    if us ~= nil then
+      local left = l.e - now
+      if left < 0 then left = 0 end
+      if bn_cmp(bn(left), us) > 0 then us = bn(left) end
+      if best == nil or bn_cmp(us, best) < 0 then best = us end
+    end
+  end
+  return best
+end
+
+local function lease_reset_after_ms(b, L, now)
+  local us = lease_micros_until(b, L, b.c, now)
+  if us == nil then return -1 end
+  return ceil_ms(us)
+end
+
+-- lease::wait_with_leases on a consume reply {allowed, remaining, retry,
+-- reset, granted} of the given kind; returns the reply.
+local function wait_with_leases(reply, kind, b, L, target, now)
+  if #L.held == 0 then return reply end
+  reply[4] = lease_reset_after_ms(b, L, now)
+  local waiting = kind == 'denied' or kind == 'never' or (kind == 'peek' and reply[3] ~= 0)
+  if not waiting or target > b.c then return reply end
+  local us = lease_micros_until(b, L, target, now)
+  if us ~= nil then reply[3] = ceil_ms(us) end
+  return reply
+end
+
+-- lease::key_expiry: 'now', an absolute ms or 'never'.
+local function lease_expiry(b, L)
+  if is_blank(L) then return expiry(b) end
+  if #L.held == 0 and b.w >= b.c and L.li < b.t then return 'now' end
+  local held, last_e = 0, nil
+  for _, l in ipairs(L.held) do
+    held = held + l.n
+    if last_e == nil or l.e > last_e then last_e = l.e end
+  end
+  local target = b.c - held
+  local full_us
+  if b.w >= target then
+    full_us = bn(b.t)
+  else
+    local us = micros_for(b, nanos_to(b.w, b.f, target))
+    if us == nil then return 'never' end
+    full_us = bn_add(bn(b.t), us)
+  end
+  local at = full_us
+  if last_e ~= nil and bn_cmp(bn(last_e), at) > 0 then at = bn(last_e) end
+  if bn_cmp(bn(L.li + 1), at) > 0 then at = bn(L.li + 1) end
+  local ms = bn_divmod(bn_add(at, bn(999)), BN_1000)
+  if bn_cmp(ms, BN_MAX_EXPIRE_MS) > 0 then return 'never' end
+  ms = bn_num(ms)
+  if ms < 1 then ms = 1 end
+  return ms
+end
+
+-- Writes the bucket, its leases and its expiry; a full bucket that holds
+-- no lease is a missing key.
+local function commit(key, b, L)
+  L = L or blank_leases()
+  local at = lease_expiry(b, L)
   if at == 'now' then
     redis.call('DEL', key)
     return
   end
   redis.call('HSET', key, 'w', fmt(b.w), 'f', fmt(b.f), 't', fmt(b.t),
     'rn', fmt(b.rn), 'rd', fmt(b.rd), 'c', fmt(b.c))
+  if not is_blank(L) then
+    local parts = {}
+    for i, l in ipairs(L.held) do parts[i] = fmt(l.id) .. ',' .. fmt(l.n) .. ',' .. fmt(l.e) end
+    redis.call('HSET', key, 'li', fmt(L.li), 'l', table.concat(parts, ';'))
+  end
   if at == 'never' then
     redis.call('PERSIST', key)
   else
@@ -639,7 +779,7 @@ local function consume(stored, rn, rd, c, n, mode, max_wait_us, minc, now)
   if kind == 'allowed' or kind == 'reserved' or (kind == 'peek' and retry == 0) then
     allowed = 1
   end
-  return { allowed, whole_tokens(b, now), retry, reset_after_ms(b, now), granted }, b, dirty
+  return { allowed, whole_tokens(b, now), retry, reset_after_ms(b, now), granted }, b, dirty, kind
 end
 
 local function cmd_consume(args)
@@ -650,6 +790,24 @@ local function cmd_consume(args)
   if not rn then return err(rd) end
   local c, e = parse_int(args[2], MAX_AMOUNT_STR, ERR_CAPACITY)
   if not c then return err(e) end
+  -- LEASE ttl-ms, anywhere after capacity (parse::split_lease)
+  local lease_ttl = nil
+  do
+    local rest, j = { args[1], args[2] }, 3
+    while args[j] do
+      if args[j]:upper() == 'LEASE' then
+        if lease_ttl ~= nil then return err(ERR_LEASE_TWICE) end
+        local ttl = parse_int(args[j + 1] or '', '86400000', ERR_LEASE_TTL)
+        if not ttl or ttl == 0 then return err(ERR_LEASE_TTL) end
+        lease_ttl = ttl
+        j = j + 2
+      else
+        rest[#rest + 1] = args[j]
+        j = j + 1
+      end
+    end
+    args = rest
+  end
   -- [n] [RESERVE ms | BLOCK ms] [ATMOST [MIN chunk]]
   local n, atmost, wait, wait_ms, minc = 1, false, nil, 0, nil
   local i = 3
@@ -683,6 +841,10 @@ local function cmd_consume(args)
   if atmost and wait ~= nil then return err(ERR_ATMOST_WAIT) end
   if minc ~= nil and not atmost then return err(ERR_MIN_ATMOST) end
   if minc ~= nil and minc > c then return err(ERR_MIN) end
+  if lease_ttl ~= nil then
+    if atmost or wait ~= nil then return err(ERR_LEASE_MODE) end
+    if n == 0 then return err(ERR_LEASE_N) end
+  end
   local mode = 'all'
   if wait ~= nil then
     if wait_ms > MAX_WAIT_MS then return err(ERR_TOO_LONG) end
@@ -694,8 +856,21 @@ local function cmd_consume(args)
   local now = now_us()
   local stored, lerr = load(KEYS[1])
   if stored == nil then return err(lerr) end
-  local reply, b, dirty = consume(stored or nil, rn, rd, c, n, mode, wait_ms * 1000, minc or 1, now)
-  if dirty then commit(KEYS[1], b) end
+  local L = blank_leases()
+  if stored then
+    L = load_leases(KEYS[1])
+    expire_leases(stored, L, now)
+  end
+  if lease_ttl ~= nil and #L.held >= MAX_LEASES then return err(ERR_LEASE_FULL) end
+  local reply, b, dirty, kind = consume(stored or nil, rn, rd, c, n, mode, wait_ms * 1000, minc or 1, now)
+  local lease_id = 0
+  if lease_ttl ~= nil and kind == 'allowed' then lease_id = grant_lease(L, n, lease_ttl, now) end
+  -- what a denial waits for: 1 for a peek, the chunk (at most n) for ATMOST
+  local target = n
+  if n == 0 then target = 1 elseif atmost then target = math.min(minc or 1, n) end
+  reply = wait_with_leases(reply, kind, b, L, target, now)
+  if dirty then commit(KEYS[1], b, L) end
+  if lease_ttl ~= nil then reply[6] = lease_id end
   return reply
 end
 
@@ -705,21 +880,48 @@ local function cmd_mconsume(args)
   if k == 0 or k > 16 or #args < triples then return err(ERR_NUMKEYS) end
   local mode, max_wait_us, minc = 'all', 0, 1
   local chunk = nil
-  local extra = #args - triples
-  if extra == 1 and args[triples + 1]:upper() == 'ATMOST' then
-    mode = 'atmost'
-  elseif extra == 3 and args[triples + 1]:upper() == 'ATMOST' and args[triples + 2]:upper() == 'MIN' then
-    local e
-    chunk, e = parse_chunk(args[triples + 3])
-    if not chunk then return err(e) end
-    mode, minc = 'atmost', chunk
-  elseif extra == 2 and args[triples + 1]:upper() == 'RESERVE' then
-    local ms, e = parse_int(args[triples + 2], '86400000', ERR_WAIT)
-    if not ms then return err(e) end
-    if ms > MAX_WAIT_MS then return err(ERR_TOO_LONG) end
-    mode, max_wait_us = 'reserve', ms * 1000
-  elseif extra ~= 0 then
-    return err(ERR_MOPTION)
+  local leased, any_lease, reserve = {}, false, nil
+  local at = triples + 1
+  while at <= #args do
+    local up = args[at]:upper()
+    if up == 'LEASE' then
+      if at + 2 > #args then return err(ERR_LEASE_PART) end
+      local part = parse_int(args[at + 1], tostring(k), ERR_LEASE_PART)
+      if not part or part == 0 then return err(ERR_LEASE_PART) end
+      local ttl = parse_int(args[at + 2], '86400000', ERR_LEASE_TTL)
+      if not ttl or ttl == 0 then return err(ERR_LEASE_TTL) end
+      if leased[part] then return err(ERR_LEASE_TWICE) end
+      leased[part] = ttl
+      any_lease = true
+      at = at + 3
+    elseif up == 'RESERVE' and reserve == nil and at + 1 <= #args then
+      local ms, e = parse_int(args[at + 1], '86400000', ERR_WAIT)
+      if not ms then return err(e) end
+      reserve = ms
+      at = at + 2
+    elseif up == 'ATMOST' and mode ~= 'atmost' then
+      if at + 1 <= #args and args[at + 1]:upper() == 'MIN' then
+        if at + 2 > #args then return err(ERR_MOPTION) end
+        local e
+        chunk, e = parse_chunk(args[at + 2])
+        if not chunk then return err(e) end
+        minc = chunk
+        at = at + 3
+      else
+        at = at + 1
+      end
+      mode = 'atmost'
+    else
+      return err(ERR_MOPTION)
+    end
+  end
+  -- ATMOST grants what is there now: it does not wait, and a lease is never
+  -- partial.
+  if mode == 'atmost' and reserve ~= nil then return err(ERR_MOPTION) end
+  if mode == 'atmost' and any_lease then return err(ERR_LEASE_MODE) end
+  if reserve ~= nil then
+    if reserve > MAX_WAIT_MS then return err(ERR_TOO_LONG) end
+    mode, max_wait_us = 'reserve', reserve * 1000
   end
   local parts = {}
   for j = 1, k do
@@ -745,12 +947,34 @@ local function cmd_mconsume(args)
       if KEYS[a] == KEYS[b] then return err(ERR_DUPLICATE) end
     end
   end
+  for j = 1, k do
+    if leased[j] and parts[j].n == 0 then return err(ERR_LEASE_N) end
+  end
   local now = now_us()
+  local leases = {}
   for j = 1, k do
     local stored, lerr = load(KEYS[j])
     if stored == nil then return err(lerr) end
+    leases[j] = blank_leases()
+    if stored then
+      leases[j] = load_leases(KEYS[j])
+      expire_leases(stored, leases[j], now)
+    end
     parts[j].stored = stored
   end
+  for j = 1, k do
+    if leased[j] and #leases[j].held >= MAX_LEASES then return err(ERR_LEASE_FULL) end
+  end
+  -- A lease is never reserved: a leased part short now denies the call.
+  local short = {}
+  for j = 1, k do
+    if leased[j] then
+      local p = parts[j]
+      local _, _, _, kind = consume(p.stored, p.rn, p.rd, p.c, p.n, 'all', 0, 1, now)
+      if kind ~= 'allowed' then short[#short + 1] = j end
+    end
+  end
+  if #short > 0 then mode = 'all' end
   -- bucket::consume_all (a part with n = 0 is a peek: it needs one token)
   local buckets, dirty = {}, {}
   local wait = {} -- bignum microseconds; nil once any part can never succeed
@@ -796,12 +1020,45 @@ local function cmd_mconsume(args)
       end
     end
   end
+  local any_held = false
+  for j = 1, k do
+    if #leases[j].held > 0 then any_held = true end
+  end
+  if (allowed == 0 and any_held) or #short > 0 then
+    -- The wait counting held leases' expiry: over the short leased parts,
+    -- or over every part.
+    local which = short
+    if #which == 0 then
+      which = {}
+      for j = 1, k do which[j] = j end
+    end
+    local w = {}
+    for _, j in ipairs(which) do
+      local p, b = parts[j], buckets[j]
+      -- what the part needs (bucket::MultiOutcome::need)
+      local need = math.max(p.n, 1)
+      if mode == 'atmost' and p.n == big and big > 0 then need = math.min(minc, p.n) end
+      local us = nil
+      if need <= b.c then us = lease_micros_until(b, leases[j], need, now) end
+      if us == nil then w = nil break end
+      if bn_cmp(us, w) > 0 then w = us end
+    end
+    if w == nil then retry = -1 else retry = ceil_ms(w) end
+  end
+  local ids = {}
+  for j = 1, k do
+    ids[j] = 0
+    if allowed == 1 and leased[j] then ids[j] = grant_lease(leases[j], parts[j].n, leased[j], now) end
+  end
   local reply = { allowed, retry }
   for j = 1, k do
-    if dirty[j] then commit(KEYS[j], buckets[j]) end
+    if dirty[j] then commit(KEYS[j], buckets[j], leases[j]) end
     reply[#reply + 1] = whole_tokens(buckets[j], now)
   end
   if mode == 'atmost' then reply[#reply + 1] = granted end
+  if any_lease then
+    for j = 1, k do reply[#reply + 1] = ids[j] end
+  end
   return reply
 end
 
@@ -815,12 +1072,51 @@ local function cmd_refund(args)
   local stored, lerr = load(KEYS[1])
   if stored == nil then return err(lerr) end
   if not stored then return false end
+  local L = load_leases(KEYS[1])
+  expire_leases(stored, L, now)
   local b = copy(stored)
   settle(b, now)
   b.w = b.w + n
   clamp_full(b, now)
-  if n > 0 then commit(KEYS[1], b) end
+  if n > 0 then commit(KEYS[1], b, L) end
   return whole_tokens(b, now)
+end
+
+local function cmd_release(args)
+  if #args ~= 1 and #args ~= 3 then
+    return err("ERR wrong number of arguments for 'tb.release' command")
+  end
+  local id = parse_int(args[1], MAX_AMOUNT_STR, ERR_LEASE_ID)
+  if not id then return err(ERR_LEASE_ID) end
+  local used = nil
+  if #args == 3 then
+    if args[2]:upper() ~= 'USED' then return err(ERR_RELEASE_OPTION) end
+    local e
+    used, e = parse_int(args[3], MAX_AMOUNT_STR, ERR_USED)
+    if not used then return err(e) end
+  end
+  local now = now_us()
+  local stored, lerr = load(KEYS[1])
+  if stored == nil then return err(lerr) end
+  if not stored then return false end
+  local L = load_leases(KEYS[1])
+  local b = copy(stored)
+  expire_leases(b, L, now)
+  local at = nil
+  for i, l in ipairs(L.held) do
+    if l.id == id then at = i end
+  end
+  if at == nil then return false end
+  local lease = table.remove(L.held, at)
+  local returned = lease.n - (used or 0)
+  if returned >= 0 then
+    give_back(b, returned, now)
+  else
+    settle(b, now)
+    b.w = b.w + returned
+  end
+  commit(KEYS[1], b, L)
+  return returned
 end
 
 local function cmd_info(args)
@@ -831,29 +1127,49 @@ local function cmd_info(args)
   local stored, lerr = load(KEYS[1])
   if stored == nil then return err(lerr) end
   if not stored then return false end
+  local L = load_leases(KEYS[1])
+  expire_leases(stored, L, now)
   local t = stored.t
   local updated_ms = (t - math.fmod(t, 1000)) / 1000
   if math.fmod(t, 1000) < 0 then updated_ms = updated_ms - 1 end
-  return {
+  local reply = {
     'tokens', tokens_decimal(stored, now),
     'capacity', stored.c,
     'rate', rate_decimal(stored.rn, stored.rd),
     'updated_at_ms', updated_ms,
-    'reset_after_ms', reset_after_ms(stored, now),
+    'reset_after_ms', lease_reset_after_ms(stored, L, now),
     'ttl_ms', redis.call('PTTL', KEYS[1]),
   }
+  if not is_blank(L) then
+    local next_e = nil
+    for _, l in ipairs(L.held) do
+      if next_e == nil or l.e < next_e then next_e = l.e end
+    end
+    local next_ms = -1
+    if next_e ~= nil then
+      local left = next_e - now
+      if left < 0 then left = 0 end
+      next_ms = ceil_ms(bn(left))
+    end
+    reply[#reply + 1] = 'leases'
+    reply[#reply + 1] = #L.held
+    reply[#reply + 1] = 'next_lease_expiry_ms'
+    reply[#reply + 1] = next_ms
+  end
+  return reply
 end
 
 local COMMANDS = {
   ['TB.CONSUME'] = cmd_consume,
   ['TB.MCONSUME'] = cmd_mconsume,
   ['TB.REFUND'] = cmd_refund,
+  ['TB.RELEASE'] = cmd_release,
   ['TB.INFO'] = cmd_info,
 }
 
 local handler = COMMANDS[(ARGV[1] or ''):upper()]
 if not handler then
-  return err('ERR tb.lua: the first argument must be TB.CONSUME, TB.MCONSUME, TB.REFUND or TB.INFO')
+  return err('ERR tb.lua: the first argument must be TB.CONSUME, TB.MCONSUME, TB.REFUND, TB.RELEASE or TB.INFO')
 end
 local args = {}
 for i = 2, #ARGV do args[i - 1] = ARGV[i] end

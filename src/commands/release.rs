@@ -1,0 +1,55 @@
+//! `TB.RELEASE key lease-id [USED n]`: gives a lease's tokens back to the
+//! bucket (never above its capacity). With `USED n` it settles the lease to
+//! what was used: `lease tokens - n` come back, or, when `n` is more than
+//! the lease, the overrun is charged, into debt if need be (later callers
+//! wait for it). Idempotent: a lease is released once; releasing it again
+//! (a retried call whose reply was lost), or after it expired, changes
+//! nothing and replies nil.
+//!
+//! Reply: the tokens given back (negative: the overrun charged), or nil
+//! when the key holds no such lease.
+
+use crate::glue::command::{integer, key, Access, Arity, Command, Keys, Spec};
+use crate::glue::entry::{Args, CmdResult, Ctx};
+use crate::glue::{clock, stats};
+use crate::{lease, parse};
+
+/// `TB.RELEASE`.
+pub struct Release;
+
+impl Command for Release {
+    const SPEC: &'static Spec = &Spec {
+        name: c"tb.release",
+        run,
+        arity: Arity::AtLeast(3),
+        flags: c"write deny-oom fast",
+        keys: Keys::One(Access::Update),
+        acl: c"write fast",
+        summary: c"Gives a lease's tokens back once, or settles it to the tokens used",
+        args: &[
+            key(c"key"),
+            integer(c"lease-id"),
+            integer(c"used").token(c"USED").optional(),
+        ],
+    };
+}
+
+fn run(ctx: &Ctx, args: &Args) -> CmdResult {
+    let (id, used) = parse::release_command(args)?;
+    let now = clock::now_us();
+    let key = ctx.open_bucket(args.key(1))?;
+    let Some(mut b) = key.stored_at(now) else {
+        ctx.reply().null();
+        return Ok(());
+    };
+    let released = lease::release(&mut b, &mut key.leases(), id, used, now);
+    let Some(released) = released else {
+        ctx.reply().null();
+        return Ok(());
+    };
+    key.commit(&b);
+    stats::REFUNDS.add(1);
+    ctx.reply()
+        .int(released.returned.clamp(i64::MIN as i128, i64::MAX as i128) as i64);
+    Ok(())
+}
