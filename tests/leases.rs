@@ -204,6 +204,33 @@ fn a_leased_bucket_is_not_dropped_before_its_leases_expire() {
 }
 
 #[test]
+fn a_block_reply_counts_the_leases_that_expired_while_it_waited() {
+    let s = Server::start();
+    let mut c = s.conn();
+    // 1 token/s, capacity 2: a 300 ms lease of one token leaves one; BLOCK
+    // for two reserves into debt (-1) and is answered about 1 s later. By
+    // then the bare bucket has refilled to about 0 and the expired lease's
+    // token is back: one whole token, not the zero of the stored state.
+    let _ = lease(&mut c, "b", "1", 2, 1, 300);
+    let r: Vec<i64> = redis::cmd("TB.CONSUME")
+        .arg("b")
+        .arg("1")
+        .arg(2)
+        .arg(2)
+        .arg("BLOCK")
+        .arg(5_000)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!((r[0], r[4]), (1, 2), "granted after its wait: {r:?}");
+    assert!(
+        (1..=2).contains(&r[1]),
+        "the expired lease's token is back in the reply: {r:?}"
+    );
+    let held = info(&mut c, "b");
+    assert_eq!(held["leases"], "0", "{held:?}");
+}
+
+#[test]
 fn bad_lease_input_gets_a_clear_error_and_changes_nothing() {
     let s = Server::start();
     let mut c = s.conn();

@@ -40,6 +40,7 @@ use super::entry::{guard, Ctx, KeyName};
 use super::reply::Replier;
 use super::{clock, config, stats, waker};
 use crate::bucket::{Bucket, Limits};
+use crate::lease;
 
 /// The reply a blocked client gets: `[allowed, remaining, retry_after_ms,
 /// reset_after_ms, granted]`, as TB.CONSUME answers.
@@ -91,13 +92,22 @@ impl Waiter {
         let (ctx, key) = unsafe { (Ctx::new(ctx, c"tb.consume"), KeyName::from_raw(self.key)) };
         let now = clock::now_us();
         // A key that holds something else now holds no bucket either.
-        let stored = ctx.peek_bucket(key).ok().and_then(|k| k.stored());
-        let b = stored.unwrap_or_else(|| Bucket::full(self.limits, now));
+        let found = ctx.peek_bucket(key).ok();
+        // As of now: the tokens of leases that expired while it waited are
+        // back (in this reply only; the next write stores them).
+        let stored = found.as_ref().and_then(|k| k.stored_at(now));
+        let (b, reset) = match (stored, &found) {
+            (Some(b), Some(k)) => (b, lease::reset_after_ms(&b, &k.leases(), now)),
+            _ => {
+                let b = Bucket::full(self.limits, now);
+                (b, b.reset_after_ms(now))
+            }
+        };
         [
             1,
             b.whole_tokens(now) as i64,
             left_ms,
-            b.reset_after_ms(now),
+            reset,
             self.granted as i64,
         ]
     }

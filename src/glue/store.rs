@@ -138,11 +138,6 @@ impl<'c, M> BucketKey<'c, M> {
         Ok(k)
     }
 
-    /// The bucket the key held when it was opened (`None`: no key).
-    pub fn stored(&self) -> Option<Bucket> {
-        self.stored
-    }
-
     /// The stored bucket as of `now_us`: the tokens of leases expired by
     /// then are back in it, and those leases are gone from
     /// [`BucketKey::leases`] (written with the next commit; until then the
