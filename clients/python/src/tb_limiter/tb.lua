@@ -369,11 +369,18 @@ local function refill(b, us)
   return bn_mul_div_floor(bn(us), bn_mul(bn(b.rn), BN_1000), bn(b.rd))
 end
 
--- Adds a bignum of nano-tokens to (w, f).
+-- Adds a bignum of nano-tokens to (w, f). The sum stays below the capacity,
+-- but the whole tokens added can pass 2^53 when they pay off a deep debt
+-- (w < 0): that difference is taken in bignums, exactly.
 local function plus(w, f, nanos)
   local aw, af = bn_divmod(nanos, BN_NANOS)
   f = f + bn_num(af)
-  w = w + bn_num(aw)
+  if w < 0 then
+    local debt = bn(-w)
+    if bn_cmp(aw, debt) >= 0 then w = bn_num(bn_sub(aw, debt)) else w = -bn_num(bn_sub(debt, aw)) end
+  else
+    w = w + bn_num(aw)
+  end
   if f >= NANOS then f = f - NANOS; w = w + 1 end
   return w, f
 end
