@@ -534,6 +534,24 @@ def test_refill_from_the_past_agrees(pair: Pair) -> None:
         pair.keys_agree("p", what=(rate, cap, nanos, updated))
 
 
+
+def test_paying_off_a_deep_debt_agrees(pair: Pair) -> None:
+    """A debt near 2^52 tokens paid off by a refill of more than 2^53 whole
+    tokens (the script once added them as a double, which rounded: one token
+    more than the module; Node agreement seed 691539191)."""
+    rate, cap = Fraction(229_619_000), 7_204_707_198_042_112
+    pair.at(T0 + 10**9)
+    for elapsed_us in (45_855_818_898_687, 40_000_000_000_001, 55_000_000_123_457):
+        updated = pair.now - elapsed_us
+        if not pair.micros:
+            updated -= updated % 1000
+        nanos = -6_808_748_215_169_021 * NANOS - 62_353_396
+        assert rate * elapsed_us / 10**6 > 2**53, "the refill's whole tokens pass 2^53"
+        pair.set_state("debt", nanos, updated, rate, cap)
+        pair.keys_agree("debt", what=elapsed_us)
+        pair.same(call("TB.CONSUME", "debt", "229619000", cap, 1), elapsed_us)
+        pair.keys_agree("debt", what=elapsed_us)
+
 # --------------------------------------------------------------------------
 # Every error the module's Rust source can send is checked against the Lua
 # fallback: the same text from both, or listed here as module-only.
