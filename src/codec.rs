@@ -10,8 +10,10 @@
 //! input never becomes a bucket; the fuzz target `state_codecs` round-trips
 //! all of them.
 //!
-//! A bucket that handed out leases (issue 13, [`crate::lease`]) has more
-//! state: it gets the wire tag 2, with the leases after the fields of tag 1.
+//! A bucket that holds leases (issue 13, [`crate::lease`]) has more
+//! state: it gets the wire tag 3, with the leases after the fields of tag 1
+//! (tag 2, the form before lease ids were random and a lease could keep
+//! its tokens at expiry, is still decoded).
 //! RDB version 2 saves whatever the wire form is, so RDB, `DUMP`, the AOF
 //! and replication carry it with no new format of their own; the glue holds
 //! such states in its wide form (the packed form is for the bucket alone),
@@ -137,12 +139,26 @@ pub mod wire {
         (canonical && b.is_valid()).then_some((b, expire_at_ms))
     }
 
-    /// First byte of a state with leases (format version 2): the fields of
-    /// [`TAG`] after it, then varints `last_id`, the number of leases, and
-    /// for each `id`, `n`, `zigzag(expires_us)`.
-    pub const TAG_LEASES: u8 = 0x02;
+    /// First byte of a state with leases as written up to issue 18 (format
+    /// version 2, still decoded): the fields of [`TAG`] after it, then
+    /// varints `last_id` (ignored now: ids are random), the number of
+    /// leases, and for each `id`, `n`, `zigzag(expires_us)`, in the order of
+    /// their ids. Such leases all give their tokens back at expiry.
+    pub const TAG_LEASES_V2: u8 = 0x02;
+    /// First byte of a state with leases (format version 3): the fields of
+    /// [`TAG`] after it, then varints: the number of leases, and for each in
+    /// the order held (by expiry) `id`, `2 n + keep`, `zigzag(expires_us)`.
+    pub const TAG_LEASES: u8 = 0x03;
     /// Longest encoding of a state with leases.
     pub const MAX_LEN_LEASES: usize = MAX_LEN + 10 + 3 + MAX_LEASES * (10 + 10 + 10);
+
+    /// Appends `v` as a varint to `out`.
+    fn push(out: &mut Vec<u8>, v: u128) {
+        let mut one = [0u8; MAX_LEN];
+        let mut n = 0;
+        put(&mut one, &mut n, v);
+        out.extend_from_slice(&one[..n]);
+    }
 
     /// Encodes `b` with its leases and expiry into `out` (cleared first):
     /// exactly [`encode`]'s bytes when the leases are blank, else the
@@ -156,57 +172,73 @@ pub mod wire {
             return;
         }
         out[0] = TAG_LEASES;
-        let mut push = |v: u128| {
-            let mut one = [0u8; MAX_LEN];
-            let mut n = 0;
-            put(&mut one, &mut n, v);
-            out.extend_from_slice(&one[..n]);
-        };
-        push(u128::from(leases.last_id));
-        push(leases.held.len() as u128);
+        push(out, leases.held.len() as u128);
         for l in &leases.held {
-            push(u128::from(l.id));
-            push(u128::from(l.n));
-            push(zigzag(i128::from(l.expires_us)));
+            push(out, u128::from(l.id));
+            push(out, u128::from(l.n) << 1 | u128::from(l.keep));
+            push(out, zigzag(i128::from(l.expires_us)));
         }
     }
 
-    /// Decodes a state written by [`encode_state`] (either tag); `None` for
-    /// anything else, including leases that break their invariants.
-    pub fn decode_state(bytes: &[u8]) -> Option<(Bucket, Leases, i64)> {
-        match *bytes.first()? {
-            TAG => decode(bytes).map(|(b, at)| (b, Leases::default(), at)),
-            TAG_LEASES => {
-                // The bucket's six fields, then the leases: find where the
-                // sixth varint ends and decode that prefix as tag 1.
-                let mut input = &bytes[1..];
-                for bits in [128, 64, 64, 64, 64, 66] {
-                    take(&mut input, bits)?;
-                }
-                let head_len = bytes.len() - input.len();
-                let mut head = bytes[..head_len].to_vec();
-                head[0] = TAG;
-                let (b, at) = decode(&head)?;
-                let last_id = u64::try_from(take(&mut input, 64)?).ok()?;
-                let count = usize::try_from(take(&mut input, 64)?).ok()?;
-                if count > MAX_LEASES {
-                    return None;
-                }
-                let mut held = Vec::with_capacity(count);
-                for _ in 0..count {
-                    let id = u64::try_from(take(&mut input, 64)?).ok()?;
-                    let n = u64::try_from(take(&mut input, 64)?).ok()?;
-                    let expires_us = i64::try_from(unzigzag(take(&mut input, 64)?)).ok()?;
-                    held.push(Lease { id, n, expires_us });
-                }
-                let leases = Leases { last_id, held };
-                // Blank leases are written as tag 1: anything else here
-                // would not round-trip.
-                (input.is_empty() && leases.is_valid() && !leases.is_blank())
-                    .then_some((b, leases, at))
-            }
-            _ => None,
+    /// Splits a state with leases into the bucket and its expiry (decoded
+    /// as tag 1) and the bytes of the leases.
+    fn split_head(bytes: &[u8]) -> Option<(Bucket, i64, &[u8])> {
+        let mut input = &bytes[1..];
+        for bits in [128, 64, 64, 64, 64, 66] {
+            take(&mut input, bits)?;
         }
+        let head_len = bytes.len() - input.len();
+        let mut head = bytes[..head_len].to_vec();
+        head[0] = TAG;
+        let (b, at) = decode(&head)?;
+        Some((b, at, input))
+    }
+
+    /// Decodes a state written by [`encode_state`] (any tag, the version 2
+    /// leases put in expiry order); `None` for anything else, including
+    /// leases that break their invariants.
+    pub fn decode_state(bytes: &[u8]) -> Option<(Bucket, Leases, i64)> {
+        let tag = *bytes.first()?;
+        if tag == TAG {
+            return decode(bytes).map(|(b, at)| (b, Leases::default(), at));
+        }
+        if tag != TAG_LEASES && tag != TAG_LEASES_V2 {
+            return None;
+        }
+        let (b, at, mut input) = split_head(bytes)?;
+        if tag == TAG_LEASES_V2 {
+            take(&mut input, 64)?; // last_id
+        }
+        let count = usize::try_from(take(&mut input, 64)?).ok()?;
+        if count > MAX_LEASES {
+            return None;
+        }
+        let mut held = Vec::with_capacity(count);
+        for _ in 0..count {
+            let id = u64::try_from(take(&mut input, 64)?).ok()?;
+            let (n, keep) = if tag == TAG_LEASES {
+                let v = take(&mut input, 65)?;
+                (u64::try_from(v >> 1).ok()?, v & 1 == 1)
+            } else {
+                (u64::try_from(take(&mut input, 64)?).ok()?, false)
+            };
+            let expires_us = i64::try_from(unzigzag(take(&mut input, 64)?)).ok()?;
+            held.push(Lease {
+                id,
+                n,
+                expires_us,
+                keep,
+            });
+        }
+        if tag == TAG_LEASES_V2 {
+            // Held by id then; equal expiries keep that (grant) order.
+            held.sort_by_key(|l| l.expires_us);
+        }
+        let leases = Leases { held };
+        // Blank leases are written as tag 1: a tag 3 without any would not
+        // round-trip.
+        let canonical = tag == TAG_LEASES_V2 || !leases.is_blank();
+        (input.is_empty() && leases.is_valid() && canonical).then_some((b, leases, at))
     }
 }
 
@@ -624,6 +656,60 @@ mod tests {
             rdb_v2::decode(&w[..len]),
             None,
             "an RDB payload carries no expiry"
+        );
+    }
+
+    #[test]
+    fn states_with_leases_round_trip_and_the_older_tag_still_loads() {
+        use crate::lease::{Lease, Leases};
+        let b = Bucket {
+            tokens: 3 * NANOS,
+            ..Bucket::full(lim(0, 1, 10), 1_795_238_169_873_123)
+        };
+        let lease = |id, n, expires_us, keep| Lease {
+            id,
+            n,
+            expires_us,
+            keep,
+        };
+        let leases = Leases {
+            held: vec![lease(77, 4, 5_000, true), lease(3, 3, 9_000, false)],
+        };
+        let mut buf = Vec::new();
+        wire::encode_state(&b, &leases, 42, &mut buf);
+        assert_eq!(buf[0], wire::TAG_LEASES);
+        assert_eq!(wire::decode_state(&buf), Some((b, leases.clone(), 42)));
+        // Out of expiry order, a repeated id, or id 0: refused.
+        for bad in [
+            vec![lease(3, 3, 9_000, false), lease(77, 4, 5_000, true)],
+            vec![lease(3, 3, 5_000, false), lease(3, 4, 9_000, true)],
+            vec![lease(0, 3, 5_000, false)],
+        ] {
+            let mut out = Vec::new();
+            wire::encode_state(&b, &Leases { held: bad }, 0, &mut out);
+            assert_eq!(wire::decode_state(&out), None);
+        }
+        // Tag 2 (ids from the clock, a last id, leases by id, none kept):
+        // loaded with the last id dropped and the leases by expiry.
+        let mut head = [0u8; wire::MAX_LEN];
+        let len = wire::encode(&b, 0, &mut head);
+        let mut v2 = head[..len].to_vec();
+        v2[0] = wire::TAG_LEASES_V2;
+        // last_id 9, two leases: (5, 2, expires 800) and (9, 1, expires 700).
+        v2.extend_from_slice(&[9, 2, 5, 2, 0xc0, 0x0c, 9, 1, 0xf8, 0x0a]);
+        let (got, held, at) = wire::decode_state(&v2).unwrap();
+        assert_eq!((got, at), (b, 0));
+        assert_eq!(
+            held.held,
+            vec![lease(9, 1, 700, false), lease(5, 2, 800, false)]
+        );
+        // A tag 2 state whose leases were all gone: the bucket alone.
+        let mut none = head[..len].to_vec();
+        none[0] = wire::TAG_LEASES_V2;
+        none.extend_from_slice(&[9, 0]);
+        assert_eq!(
+            rdb_v2::decode_state(&none),
+            Some((b, crate::lease::Leases::default()))
         );
     }
 

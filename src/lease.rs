@@ -1,52 +1,78 @@
 //! Concurrency leases: pure arithmetic, no Redis types, injected clock.
 //!
-//! A lease takes `n` tokens from a bucket now and gives them back when it is
-//! released by its id, or, if its holder vanished, once its TTL has passed.
-//! There is no timer per lease: every command on the bucket first returns
-//! the tokens of the leases whose expiry is at or before its `now`
-//! ([`Leases::expire`]). Returning them late changes nothing: the level at
-//! any later time is `min(capacity, bare level + returned tokens)` whether
-//! they came back at their expiry or at the next access.
+//! A lease takes `n` tokens from a bucket now. Its holder gives them back
+//! by releasing it by its id (all of them, or what was not used). What its
+//! expiry means is the lease's own: by default a lease whose TTL has passed
+//! gives its tokens back (right for an in-flight slot: a holder that
+//! vanished holds nothing any more); a lease granted with `KEEP` ([`Lease::keep`])
+//! is forgotten at expiry with its tokens still used (right for an
+//! estimate of tokens that were probably spent: the bucket never admits
+//! more than it would have had the holder settled it).
+//! There is no timer per lease: every command on the bucket first handles
+//! the leases whose expiry is at or before its `now` ([`Leases::expire`]).
+//! Returning them late changes nothing: the level at any later time is
+//! `min(capacity, bare level + returned tokens)` whether they came back at
+//! their expiry or at the next access.
 //!
 //! A pure concurrency limit is a bucket with rate 0 and capacity = the
 //! limit; leases work on any bucket.
 //!
-//! Lease ids are `max(last_id + 1, now_us)`: increasing within a bucket, and
-//! never reused after the key was deleted and made again, because a key
-//! whose bucket handed out ids is only deleted once the clock has passed
-//! its last id (see [`key_expiry`]). A retried release of an old id thus
+//! Lease ids are drawn at random by the caller of [`Leases::grant`] (the
+//! module from a CSPRNG) from 1 to [`MAX_ID`], redrawn while equal to an id
+//! the bucket holds: nothing a client sees (the clock, its own ids) tells
+//! another holder's id, and an id is not handed out twice for a key but
+//! with a chance of 2^-53 per pair, across clock steps, restarts, failovers,
+//! `RESTORE` and key recreation alike. A retried release of an old id thus
 //! never releases somebody else's lease.
 
 use crate::bucket::{ceil_ms, Bucket, Expiry, Kind, Outcome, MAX_AMOUNT, MAX_EXPIRE_MS, NANOS};
 
-/// Most leases a bucket holds at once. Each takes 24 bytes in memory (id,
-/// tokens, expiry), so a bucket's leases take at most 24 KiB (48 KiB with the
-/// spare capacity of their list).
+/// Most leases a bucket holds at once. Each takes 32 bytes in memory (id,
+/// tokens, expiry, what its expiry means), so a bucket's leases take at
+/// most 32 KiB (64 KiB with the spare capacity of their list).
 pub const MAX_LEASES: usize = 1024;
 /// Longest lease TTL in ms (a day).
 pub const MAX_TTL_MS: u64 = 86_400_000;
+/// Largest lease id: 2^53 - 1, so that every client reads ids exactly
+/// (JavaScript's Redis clients and Lua parse integer replies into doubles,
+/// exact up to 2^53). 53 bits from a CSPRNG: one guess in 2^53 hits.
+pub const MAX_ID: u64 = (1 << 53) - 1;
 
 /// One lease held on a bucket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Lease {
-    /// Its id, unique within the bucket.
+    /// Its id, from 1 to [`MAX_ID`], unique within the bucket.
     pub id: u64,
     /// Tokens it holds (at least 1).
     pub n: u64,
     /// Server time in µs at and after which it has expired.
     pub expires_us: i64,
+    /// What its expiry means: `false`, its tokens come back; `true`
+    /// (`KEEP`), they stay used.
+    pub keep: bool,
+}
+
+impl Lease {
+    /// Nano-tokens its expiry gives back.
+    fn back_at_expiry(&self) -> i128 {
+        if self.keep {
+            0
+        } else {
+            self.n as i128 * NANOS
+        }
+    }
 }
 
 /// The leases of one bucket, part of its state.
 ///
-/// Invariants ([`Leases::is_valid`]): at most [`MAX_LEASES`] held, ids
-/// strictly increasing and at most `last_id`, every `n` from 1 to
+/// Invariants ([`Leases::is_valid`]): at most [`MAX_LEASES`] held, in the
+/// order of their expiry (ties in the order they were granted, so that a
+/// replica or AOF replaying the same grants holds them in the same order),
+/// ids distinct and from 1 to [`MAX_ID`], every `n` from 1 to
 /// [`MAX_AMOUNT`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Leases {
-    /// The last id handed out (0: none ever).
-    pub last_id: u64,
-    /// Leases held, in the order of their ids.
+    /// Leases held, by expiry.
     pub held: Vec<Lease>,
 }
 
@@ -57,64 +83,99 @@ pub enum GrantError {
     Full,
 }
 
+/// What a grant asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Terms {
+    /// Tokens lent (the caller has taken them).
+    pub n: u64,
+    /// How long until the lease expires, in ms.
+    pub ttl_ms: u64,
+    /// Whether its tokens stay used when it expires (`KEEP`).
+    pub keep: bool,
+}
+
 impl Leases {
-    /// True when the bucket never handed out a lease: its state is the
-    /// bucket alone.
+    /// True when the bucket holds no lease: its state is the bucket alone.
     pub fn is_blank(&self) -> bool {
-        self.last_id == 0 && self.held.is_empty()
+        self.held.is_empty()
     }
 
     /// True when the fields satisfy the invariants (used to reject corrupt
     /// persisted or replicated state).
     pub fn is_valid(&self) -> bool {
-        self.held.len() <= MAX_LEASES
-            && self.held.windows(2).all(|w| w[0].id < w[1].id)
-            && self.held.last().is_none_or(|l| l.id <= self.last_id)
-            && self.held.iter().all(|l| (1..=MAX_AMOUNT).contains(&l.n))
+        if self.held.len() > MAX_LEASES
+            || !self
+                .held
+                .windows(2)
+                .all(|w| w[0].expires_us <= w[1].expires_us)
+            || !self
+                .held
+                .iter()
+                .all(|l| (1..=MAX_AMOUNT).contains(&l.n) && (1..=MAX_ID).contains(&l.id))
+        {
+            return false;
+        }
+        let mut ids: Vec<u64> = self.held.iter().map(|l| l.id).collect();
+        ids.sort_unstable();
+        ids.windows(2).all(|w| w[0] < w[1])
     }
 
-    /// Tokens the held leases hold, in nano-tokens.
+    /// Tokens the held leases give back at their expiry, in nano-tokens.
     pub fn held_nanos(&self) -> i128 {
-        self.held.iter().map(|l| l.n as i128 * NANOS).sum()
+        self.held.iter().map(Lease::back_at_expiry).sum()
     }
 
     /// The earliest expiry among the held leases, in µs.
     pub fn next_expiry_us(&self) -> Option<i64> {
-        self.held.iter().map(|l| l.expires_us).min()
+        self.held.first().map(|l| l.expires_us)
     }
 
-    /// Returns the tokens of every lease expired at `now_us` to `b` (never
-    /// above capacity) and forgets those leases. Returns whether any had
-    /// expired. `b` must be settled up to `now_us` or be the stored state.
+    /// Handles every lease expired at `now_us`: returns the tokens of those
+    /// without `keep` to `b` (never above capacity) and forgets them all.
+    /// Returns whether any had expired. `b` must be settled up to `now_us`
+    /// or be the stored state. Costs a binary search when none expired.
     pub fn expire(&mut self, b: &mut Bucket, now_us: i64) -> bool {
-        let before = self.held.len();
-        let mut back = 0i128;
-        self.held.retain(|l| {
-            let alive = l.expires_us > now_us;
-            if !alive {
-                back += l.n as i128 * NANOS;
-            }
-            alive
-        });
+        let due = self.held.partition_point(|l| l.expires_us <= now_us);
+        if due == 0 {
+            return false;
+        }
+        let back: i128 = self.held[..due].iter().map(Lease::back_at_expiry).sum();
+        self.held.drain(..due);
         if back > 0 {
             give_back(b, back, now_us);
         }
-        self.held.len() != before
+        true
     }
 
-    /// Records a lease of `n` tokens for `ttl_ms` at `now_us` (the caller
-    /// has taken the tokens) and returns its id.
-    pub fn grant(&mut self, n: u64, ttl_ms: u64, now_us: i64) -> Result<u64, GrantError> {
+    /// Records a lease on `terms` at `now_us` (the caller has taken the
+    /// tokens) and returns its id: the first value of `draw` (masked to 53
+    /// bits, [`MAX_ID`]) that is neither 0 nor held already.
+    pub fn grant(
+        &mut self,
+        terms: Terms,
+        now_us: i64,
+        mut draw: impl FnMut() -> u64,
+    ) -> Result<u64, GrantError> {
         if self.held.len() >= MAX_LEASES {
             return Err(GrantError::Full);
         }
-        let id = self.last_id.saturating_add(1).max(now_us.max(0) as u64);
-        self.last_id = id;
-        self.held.push(Lease {
-            id,
-            n,
-            expires_us: now_us.saturating_add(ttl_ms as i64 * 1000),
-        });
+        let id = loop {
+            let id = draw() & MAX_ID;
+            if id != 0 && !self.held.iter().any(|l| l.id == id) {
+                break id;
+            }
+        };
+        let expires_us = now_us.saturating_add(terms.ttl_ms as i64 * 1000);
+        let at = self.held.partition_point(|l| l.expires_us <= expires_us);
+        self.held.insert(
+            at,
+            Lease {
+                id,
+                n: terms.n,
+                expires_us,
+                keep: terms.keep,
+            },
+        );
         Ok(id)
     }
 
@@ -124,19 +185,26 @@ impl Leases {
     }
 
     /// Microseconds from `now_us` until `b` holds `level` nano-tokens,
-    /// counting the tokens of held leases as back at their expiry (a
-    /// release can only make it sooner); `None` if it never will.
+    /// counting the tokens of held leases without `keep` as back at their
+    /// expiry (a release can only make it sooner); `None` if it never will.
+    /// Walks the leases by expiry and stops at the first that expires after
+    /// the best wait found.
     pub fn micros_until(&self, b: &Bucket, level: i128, now_us: i64) -> Option<u64> {
         let mut best = b.micros_until(level, now_us);
-        let mut by_expiry: Vec<&Lease> = self.held.iter().collect();
-        by_expiry.sort_by_key(|l| l.expires_us);
         let mut back = 0i128;
-        for l in by_expiry {
+        for l in &self.held {
+            let until = l.expires_us.saturating_sub(now_us).max(0) as u64;
+            if best.is_some_and(|w| until >= w) {
+                break;
+            }
+            if l.keep {
+                continue;
+            }
             back += l.n as i128 * NANOS;
             let Some(refill) = b.micros_until(level - back, now_us) else {
                 continue;
             };
-            let wait = refill.max(l.expires_us.saturating_sub(now_us).max(0) as u64);
+            let wait = refill.max(until);
             best = Some(best.map_or(wait, |w| w.min(wait)));
         }
         best
@@ -156,13 +224,15 @@ fn give_back(b: &mut Bucket, nanos: i128, now_us: i64) {
 /// The result of [`release`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Released {
-    /// Tokens given back: the lease's `n`, or `n - used`; negative when
-    /// `used` exceeded the lease and the rest was charged, into debt if
-    /// need be.
+    /// Whole tokens that went back to the bucket: the increase of its
+    /// level, which the cap at capacity may make less than the lease's `n`
+    /// (or `n - used`), rounded down (0 when the bucket was full already);
+    /// negative when `used` exceeded the lease and the overrun was charged,
+    /// into debt if need be.
     pub returned: i128,
 }
 
-/// Releases lease `id` of the bucket at `now_us` (expired leases returned
+/// Releases lease `id` of the bucket at `now_us` (expired leases handled
 /// first). With `used`, settles it: the lease's tokens minus `used` come
 /// back (at most capacity), or the overrun `used - n` is taken, even into
 /// debt. `None` when no such lease is held: released already, expired, or
@@ -176,29 +246,29 @@ pub fn release(
 ) -> Option<Released> {
     let at = leases.held.iter().position(|l| l.id == id)?;
     let lease = leases.held.remove(at);
-    let returned = lease.n as i128 - used.map_or(0, i128::from);
-    if returned >= 0 {
-        give_back(b, returned * NANOS, now_us);
+    let nominal = lease.n as i128 - used.map_or(0, i128::from);
+    b.settle(now_us);
+    let returned = if nominal >= 0 {
+        let before = b.tokens;
+        give_back(b, nominal * NANOS, now_us);
+        (b.tokens - before).div_euclid(NANOS)
     } else {
-        b.settle(now_us);
-        b.tokens += returned * NANOS;
-    }
+        b.tokens += nominal * NANOS;
+        nominal
+    };
     Some(Released { returned })
 }
 
 /// When the key holding `b` with `leases` may expire: once the bucket is
-/// full with every held lease back (at the latest expiry of the leases),
-/// and not before the clock has passed the last id handed out. A missing
-/// key reads as a full bucket, so an earlier expiry would mint tokens.
+/// full with every held lease without `keep` back, and not before the
+/// latest expiry of the leases (a release must find its lease until then).
+/// A missing key reads as a full bucket, so an earlier expiry would mint
+/// tokens. The leases are in expiry order, so the latest is the last.
 pub fn key_expiry(b: &Bucket, leases: &Leases) -> Expiry {
-    if leases.is_blank() {
+    let Some(last) = leases.held.last() else {
         return b.expiry();
-    }
+    };
     let cap = b.cap_nanos();
-    let last_id = i64::try_from(leases.last_id).unwrap_or(i64::MAX);
-    if leases.held.is_empty() && b.tokens >= cap && last_id < b.updated_us {
-        return Expiry::Now;
-    }
     let target = cap - leases.held_nanos();
     let full_us: i128 = if b.tokens >= target {
         b.updated_us as i128
@@ -208,10 +278,7 @@ pub fn key_expiry(b: &Bucket, leases: &Leases) -> Expiry {
             None => return Expiry::Never,
         }
     };
-    let last_expiry = leases.held.iter().map(|l| l.expires_us).max();
-    let at_us = full_us
-        .max(last_expiry.map_or(i128::MIN, i128::from))
-        .max(i128::from(last_id) + 1);
+    let at_us = full_us.max(i128::from(last.expires_us));
     let at_ms = (at_us + 999).div_euclid(1000);
     if at_ms > MAX_EXPIRE_MS as i128 {
         Expiry::Never
@@ -275,14 +342,34 @@ mod tests {
         }
     }
 
+    /// A deterministic stand-in for the CSPRNG: a splitmix64 sequence.
+    fn rng(seed: u64) -> impl FnMut() -> u64 {
+        let mut x = seed;
+        move || {
+            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+    }
+
+    fn slot(n: u64, ttl_ms: u64) -> Terms {
+        Terms {
+            n,
+            ttl_ms,
+            keep: false,
+        }
+    }
+
     #[test]
     fn leases_come_back_on_release_once() {
         let l = lim(0, 1, 2);
         let mut leases = Leases::default();
         let o = consume(None, l, 2, Mode::All, T0);
         let mut b = o.bucket;
-        let id = leases.grant(2, 1000, T0).unwrap();
-        assert_eq!(id, T0 as u64);
+        let id = leases.grant(slot(2, 1000), T0, rng(1)).unwrap();
+        assert!((1..=MAX_ID).contains(&id));
         assert_eq!(b.whole_tokens(T0), 0);
         let r = release(&mut b, &mut leases, id, None, T0 + 1);
         assert_eq!(r, Some(Released { returned: 2 }));
@@ -292,13 +379,16 @@ mod tests {
     }
 
     #[test]
-    fn expired_leases_return_lazily_and_ids_increase() {
+    fn expired_leases_return_lazily_in_expiry_order() {
         let l = lim(0, 1, 3);
         let mut leases = Leases::default();
+        let mut draw = rng(2);
         let mut b = consume(None, l, 3, Mode::All, T0).bucket;
-        let a = leases.grant(1, 100, T0).unwrap();
-        let c = leases.grant(2, 200, T0).unwrap();
-        assert!(c > a);
+        let c = leases.grant(slot(2, 200), T0, &mut draw).unwrap();
+        let a = leases.grant(slot(1, 100), T0, &mut draw).unwrap();
+        assert_ne!(a, c);
+        assert_eq!(leases.held[0].id, a, "held by expiry, not by grant");
+        assert!(leases.is_valid());
         assert!(!leases.expire(&mut b, T0 + 99_999));
         assert_eq!(leases.micros_until(&b, NANOS, T0), Some(100_000));
         assert_eq!(leases.micros_until(&b, 3 * NANOS, T0), Some(200_000));
@@ -310,31 +400,114 @@ mod tests {
     }
 
     #[test]
+    fn a_kept_lease_stays_used_at_expiry_and_a_slot_comes_back() {
+        // An estimate (KEEP) and a slot, 5 tokens each, on a bucket of 10
+        // that refills 1 token/s.
+        let l = lim(1, 1, 10);
+        let mut leases = Leases::default();
+        let mut draw = rng(3);
+        let mut b = consume(None, l, 10, Mode::All, T0).bucket;
+        let estimate = Terms {
+            n: 5,
+            ttl_ms: 2_000,
+            keep: true,
+        };
+        let kept = leases.grant(estimate, T0, &mut draw).unwrap();
+        leases.grant(slot(5, 2_000), T0, &mut draw).unwrap();
+        // Full with the slot back and 5 s of refill: the estimate is spent.
+        assert_eq!(reset_after_ms(&b, &leases, T0), 5_000);
+        assert_eq!(key_expiry(&b, &leases), Expiry::AtMs((T0 + 5 * SEC) / 1000));
+        // At expiry: the slot's 5 come back, the estimate's do not.
+        assert!(leases.expire(&mut b, T0 + 2 * SEC));
+        assert!(leases.is_blank());
+        assert_eq!(b.whole_tokens(T0 + 2 * SEC), 5 + 2);
+        // Released before its expiry, a kept lease gives back what was not
+        // used, as any lease does.
+        let mut b = consume(None, l, 10, Mode::All, T0).bucket;
+        let id = leases.grant(estimate, T0, &mut draw).unwrap();
+        assert_ne!(id, kept);
+        let r = release(&mut b, &mut leases, id, Some(2), T0).unwrap();
+        assert_eq!(r.returned, 3);
+    }
+
+    #[test]
+    fn the_release_reply_is_what_went_back_after_the_cap() {
+        let l = lim(0, 1, 10);
+        let mut leases = Leases::default();
+        let mut draw = rng(4);
+        let mut b = consume(None, l, 4, Mode::All, T0).bucket;
+        let id = leases.grant(slot(4, 60_000), T0, &mut draw).unwrap();
+        // Somebody refunded 3 meanwhile: only 1 of the 4 fits.
+        b.tokens += 3 * NANOS;
+        let r = release(&mut b, &mut leases, id, None, T0).unwrap();
+        assert_eq!(r.returned, 1);
+        assert_eq!(b.tokens, 10 * NANOS);
+        // Full already: nothing went back.
+        let id = leases.grant(slot(4, 60_000), T0, &mut draw).unwrap();
+        assert_eq!(
+            release(&mut b, &mut leases, id, None, T0).unwrap().returned,
+            0
+        );
+        // Half a token short of full: 0 whole tokens went back (rounded down).
+        b.tokens -= NANOS / 2;
+        let id = leases.grant(slot(4, 60_000), T0, &mut draw).unwrap();
+        assert_eq!(
+            release(&mut b, &mut leases, id, None, T0).unwrap().returned,
+            0
+        );
+    }
+
+    #[test]
+    fn ids_are_drawn_redrawn_on_a_held_id_and_never_zero() {
+        let mut leases = Leases::default();
+        let first = leases.grant(slot(1, 1000), T0, || 42).unwrap();
+        assert_eq!(first, 42);
+        let mut seq = [0u64, 42, 1 << 63 | 42, 43].into_iter();
+        let id = leases
+            .grant(slot(1, 1000), T0, || seq.next().unwrap())
+            .unwrap();
+        assert_eq!(
+            id, 43,
+            "0 and the held 42 (also with high bits set) redrawn"
+        );
+        let top = leases.grant(slot(1, 1000), T0, || u64::MAX).unwrap();
+        assert_eq!(top, MAX_ID);
+    }
+
+    #[test]
     fn settling_charges_overruns_into_debt_and_refunds_below_capacity() {
         let l = lim(10, 1, 100);
         let mut leases = Leases::default();
+        let mut draw = rng(5);
         let mut b = consume(None, l, 50, Mode::All, T0).bucket;
-        let id = leases.grant(50, 60_000, T0).unwrap();
+        let id = leases.grant(slot(50, 60_000), T0, &mut draw).unwrap();
         let r = release(&mut b, &mut leases, id, Some(170), T0).unwrap();
         assert_eq!(r.returned, -120);
         assert_eq!(b.tokens, -70 * NANOS);
         let o = consume(Some(&b), l, 1, Mode::All, T0);
         assert_eq!(o.retry_after_ms, 7_100);
         let mut b = consume(None, l, 50, Mode::All, T0).bucket;
-        let id = leases.grant(50, 60_000, T0).unwrap();
-        // Refill brings it back to capacity; the refund cannot go above it.
+        let id = leases.grant(slot(50, 60_000), T0, &mut draw).unwrap();
+        // Refill brings it back to capacity: the refund cannot go above it,
+        // and the reply says nothing went back.
         let r = release(&mut b, &mut leases, id, Some(10), T0 + 10 * SEC).unwrap();
-        assert_eq!(r.returned, 40);
+        assert_eq!(r.returned, 0);
         assert_eq!(b.tokens, 100 * NANOS);
     }
 
     #[test]
     fn a_full_table_refuses_and_the_key_outlives_its_leases() {
         let mut leases = Leases::default();
+        let mut draw = rng(6);
         for i in 0..MAX_LEASES {
-            leases.grant(1, 1000, T0 + i as i64).unwrap();
+            leases
+                .grant(slot(1, 1000), T0 + i as i64, &mut draw)
+                .unwrap();
         }
-        assert_eq!(leases.grant(1, 1000, T0), Err(GrantError::Full));
+        assert_eq!(
+            leases.grant(slot(1, 1000), T0, &mut draw),
+            Err(GrantError::Full)
+        );
         assert!(leases.is_valid());
         let b = Bucket {
             tokens: 0,
@@ -343,20 +516,9 @@ mod tests {
         // Full again when the last lease is back: no earlier.
         let last = T0 + MAX_LEASES as i64 - 1 + 1_000_000;
         assert_eq!(key_expiry(&b, &leases), Expiry::AtMs((last + 999) / 1000));
-        // A full bucket whose last id is ahead of its time is kept until then.
+        // A full bucket that holds no lease goes at once: ids no longer
+        // keep a key.
         let full = Bucket::full(lim(0, 1, 1), T0);
-        let ids = Leases {
-            last_id: T0 as u64 + 5_000,
-            held: vec![],
-        };
-        assert_eq!(
-            key_expiry(&full, &ids),
-            Expiry::AtMs((T0 + 5_001 + 999) / 1000)
-        );
-        let past = Leases {
-            last_id: T0 as u64 - 1,
-            held: vec![],
-        };
-        assert_eq!(key_expiry(&full, &past), Expiry::Now);
+        assert_eq!(key_expiry(&full, &Leases::default()), Expiry::Now);
     }
 }

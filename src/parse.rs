@@ -448,6 +448,8 @@ pub struct ConsumeArgs {
     pub options: ConsumeOptions,
     /// `LEASE ttl-ms`: lend the tokens for at most this long.
     pub lease_ttl_ms: Option<u64>,
+    /// `LEASE ttl-ms KEEP`: the lease's tokens stay used when it expires.
+    pub lease_keep: bool,
 }
 
 /// Parses `TB.CONSUME` (the key is argument 1).
@@ -457,7 +459,8 @@ pub fn consume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<ConsumeArgs, Arg
         capacity: amount(nth(a, 3)?, ERR_CAPACITY)?,
     };
     let rest: Vec<&[u8]> = (4..a.count()).map(|i| a.arg(i)).collect();
-    let (lease_ttl_ms, rest) = split_lease(&rest)?;
+    let (lease, rest) = split_lease(&rest)?;
+    let lease_ttl_ms = lease.map(|(ttl, _)| ttl);
     let options = consume_options(rest.into_iter())?;
     if options.min.is_some_and(|c| c > limits.capacity) {
         return Err(ERR_MIN.into());
@@ -474,6 +477,7 @@ pub fn consume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<ConsumeArgs, Arg
         limits,
         options,
         lease_ttl_ms,
+        lease_keep: lease.is_some_and(|(_, keep)| keep),
     })
 }
 
@@ -516,6 +520,9 @@ pub struct MconsumeArgs {
     pub atmost: Option<u64>,
     /// `LEASE part ttl-ms`: the TTL of each leased part, in key order.
     pub leases: Vec<Option<u64>>,
+    /// `LEASE part ttl-ms KEEP`: whether each part's lease keeps its tokens
+    /// used when it expires, in key order.
+    pub keep: Vec<bool>,
 }
 
 /// `numkeys` of TB.MCONSUME (argument 1): `None` unless it is an integer from
@@ -537,6 +544,7 @@ pub fn mconsume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<MconsumeArgs, A
     }
     let (mut reserve_ms, mut atmost, mut min) = (None, None, None);
     let mut leases = vec![None; k];
+    let mut keep = vec![false; k];
     let mut at = end;
     while at < a.count() {
         if is_keyword(a.arg(at), "LEASE") {
@@ -552,6 +560,10 @@ pub fn mconsume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<MconsumeArgs, A
                 return Err(ERR_LEASE_TWICE.into());
             }
             at += 3;
+            if at < a.count() && is_keyword(a.arg(at), "KEEP") {
+                keep[part as usize - 1] = true;
+                at += 1;
+            }
         } else if is_keyword(a.arg(at), "RESERVE") && reserve_ms.is_none() && at + 1 < a.count() {
             reserve_ms = Some(integer(a.arg(at + 1), MAX_WAIT_MS, ERR_WAIT)?);
             at += 2;
@@ -614,6 +626,7 @@ pub fn mconsume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<MconsumeArgs, A
         reserve_ms,
         atmost,
         leases,
+        keep,
     })
 }
 
@@ -872,10 +885,16 @@ pub const ERR_RELEASE_OPTION: ParseError = "ERR unknown option: TB.RELEASE takes
 pub const ERR_LEASE_PART: ParseError =
     "ERR LEASE in TB.MCONSUME takes a part number from 1 to numkeys and a TTL";
 
-/// Takes `LEASE ttl-ms` out of TB.CONSUME's arguments after `capacity`:
-/// the TTL (if given) and the other arguments, in order, for
-/// [`consume_options`].
-pub fn split_lease<'a>(args: &[&'a [u8]]) -> Result<(Option<u64>, Vec<&'a [u8]>), ParseError> {
+/// A lease's TTL in ms and whether it keeps its tokens at expiry (`KEEP`).
+pub type LeaseTerms = (u64, bool);
+
+/// Takes `LEASE ttl-ms [KEEP]` out of TB.CONSUME's arguments after
+/// `capacity`: the lease's terms (if given) and the other arguments, in
+/// order, for [`consume_options`].
+#[allow(clippy::type_complexity)]
+pub fn split_lease<'a>(
+    args: &[&'a [u8]],
+) -> Result<(Option<LeaseTerms>, Vec<&'a [u8]>), ParseError> {
     let mut ttl = None;
     let mut rest = Vec::with_capacity(args.len());
     let mut i = 0;
@@ -884,8 +903,11 @@ pub fn split_lease<'a>(args: &[&'a [u8]]) -> Result<(Option<u64>, Vec<&'a [u8]>)
             if ttl.is_some() {
                 return Err(ERR_LEASE_TWICE);
             }
-            ttl = Some(lease_ttl(args.get(i + 1).copied().unwrap_or_default())?);
+            let ms = lease_ttl(args.get(i + 1).copied().unwrap_or_default())?;
             i += 2;
+            let keep = args.get(i).is_some_and(|a| is_keyword(a, "KEEP"));
+            i += usize::from(keep);
+            ttl = Some((ms, keep));
         } else {
             rest.push(args[i]);
             i += 1;
@@ -987,7 +1009,7 @@ mod tests {
     fn lease_options_parse_strictly() {
         let a = |v: &[&'static str]| v.iter().map(|s| s.as_bytes()).collect::<Vec<_>>();
         let (ttl, rest) = split_lease(&a(&["5", "lease", "100"])).unwrap();
-        assert_eq!((ttl, rest), (Some(100), a(&["5"])));
+        assert_eq!((ttl, rest), (Some((100, false)), a(&["5"])));
         assert_eq!(split_lease(&a(&["LEASE", "0"])), Err(ERR_LEASE_TTL));
         assert_eq!(split_lease(&a(&["LEASE"])), Err(ERR_LEASE_TTL));
         assert_eq!(split_lease(&a(&["LEASE", "86400001"])), Err(ERR_LEASE_TTL));
@@ -998,6 +1020,18 @@ mod tests {
         assert_eq!(
             split_lease(&a(&["2", "ATMOST"])).unwrap(),
             (None, a(&["2", "ATMOST"]))
+        );
+        assert_eq!(
+            split_lease(&a(&["2", "LEASE", "5", "keep", "ATMOST"])).unwrap(),
+            (Some((5, true)), a(&["2", "ATMOST"]))
+        );
+        assert_eq!(
+            split_lease(&a(&["LEASE", "5", "2"])).unwrap(),
+            (Some((5, false)), a(&["2"]))
+        );
+        assert_eq!(
+            release_args(&a(&["9007199254740991"])),
+            Ok((crate::lease::MAX_ID, None))
         );
         assert_eq!(release_args(&a(&["7"])), Ok((7, None)));
         assert_eq!(release_args(&a(&["7", "used", "3"])), Ok((7, Some(3))));

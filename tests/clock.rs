@@ -334,3 +334,29 @@ fn block_is_held_its_wait_across_a_step_forward() {
     );
     assert!(held < Duration::from_secs(12), "{held:?}");
 }
+
+#[test]
+fn lease_ids_are_not_handed_out_again_after_a_clock_step_back() {
+    let (s, mut clock, _dir) = server();
+    let mut c = s.conn();
+    let mut lease = |c: &mut Connection| -> i64 {
+        let r = cmd(c, &["TB.CONSUME", "k", "0", "5", "1", "LEASE", "60000"]);
+        assert_eq!(r[0], 1, "{r:?}");
+        r[5]
+    };
+    // Ids taken at one instant, the key deleted, the clock stepped back
+    // (NTP, a failover to a lagging node) and forward to that instant again,
+    // and the key made again each time: every id is new.
+    clock.freeze(T0);
+    let mut seen = vec![lease(&mut c), lease(&mut c)];
+    for at in [T0, T0 - 10 * SEC, T0, T0 - 1] {
+        let _: i64 = redis::cmd("DEL").arg("k").query(&mut c).unwrap();
+        clock.freeze(at);
+        seen.push(lease(&mut c));
+        seen.push(lease(&mut c));
+    }
+    let count = seen.len();
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(seen.len(), count, "an id was handed out twice: {seen:?}");
+}

@@ -173,15 +173,14 @@ fn a_leased_bucket_is_not_dropped_before_its_leases_expire() {
         "the key expires with the lease: {pttl} ms, at least {bound}"
     );
     assert!(id > 0);
-    // The ids stay unique after a key is gone: a full bucket that handed
-    // out ids is only deleted once the clock has passed its last id.
+    // Released, the lease leaves a full bucket that holds none: the key
+    // goes (random ids need no key kept to stay unique), and the next id
+    // is another.
     assert_eq!(release(&mut c, "fast", id, None), Some(10));
     let exists: i64 = redis::cmd("EXISTS").arg("fast").query(&mut c).unwrap();
+    assert_eq!(exists, 0, "a full bucket holding no lease is a missing key");
     let next = lease(&mut c, "fast", "1000", 10, 1, 1_000);
-    assert!(
-        next > id,
-        "ids increase: {next} after {id} (key kept: {exists})"
-    );
+    assert_ne!(next, id);
     // A concurrency bucket whose holder vanished: the key stays until the
     // lease expires, then the slot is back and the key goes.
     let _ = lease(&mut c, "gone", "0", 1, 1, 200);
@@ -226,8 +225,10 @@ fn a_block_reply_counts_the_leases_that_expired_while_it_waited() {
         (1..=2).contains(&r[1]),
         "the expired lease's token is back in the reply: {r:?}"
     );
+    // The expired lease is gone: a bucket that holds none shows no lease
+    // fields.
     let held = info(&mut c, "b");
-    assert_eq!(held["leases"], "0", "{held:?}");
+    assert!(!held.contains_key("leases"), "{held:?}");
 }
 
 #[test]
@@ -478,4 +479,200 @@ fn rpm_tpm_and_in_flight_in_one_call_in_a_cluster() {
         e.to_string().contains("CROSSSLOT") || e.to_string().contains("same slot"),
         "{e}"
     );
+}
+
+/// `TB.CONSUME key rate capacity n LEASE ttl [KEEP]`: the lease id.
+fn lease_with(c: &mut Connection, key: &str, rate: &str, cap: u64, n: u64, lease: &[&str]) -> i64 {
+    let r: Vec<i64> = redis::cmd("TB.CONSUME")
+        .arg(key)
+        .arg(rate)
+        .arg(cap)
+        .arg(n)
+        .arg("LEASE")
+        .arg(lease)
+        .query(c)
+        .unwrap();
+    assert_eq!(r[0], 1, "{key}: {r:?}");
+    r[5]
+}
+
+fn remaining(c: &mut Connection, key: &str, rate: &str, cap: u64) -> i64 {
+    let r: Vec<i64> = redis::cmd("TB.CONSUME")
+        .arg(key)
+        .arg(rate)
+        .arg(cap)
+        .arg(0)
+        .query(c)
+        .unwrap();
+    r[1]
+}
+
+#[test]
+fn a_kept_lease_stays_used_at_expiry_on_the_master_its_replica_and_after_a_reload() {
+    let s = Server::start();
+    let r = replica_of(&s, ServerConfig::default());
+    let mut c = s.conn();
+    // An estimate of 6 kept, a slot of 4 returned, both for 300 ms, on a
+    // bucket of 10 with no refill; and the same in one TB.MCONSUME.
+    let t0 = Instant::now();
+    let estimate = lease_with(&mut c, "k", "0", 10, 6, &["300", "KEEP"]);
+    lease_with(&mut c, "k", "0", 10, 4, &["300"]);
+    let m: Vec<i64> = redis::cmd("TB.MCONSUME")
+        .arg(2)
+        .arg("{m}est")
+        .arg("{m}slot")
+        .arg(&["0", "10", "6", "0", "10", "4"])
+        .arg(&["LEASE", "1", "300", "keep", "LEASE", "2", "300"])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(m[0], 1, "{m:?}");
+    let _: String = redis::cmd("DEBUG").arg("RELOAD").query(&mut c).unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_millis(300),
+        "the reload ran before the leases expired: the KEEP flag went through RDB"
+    );
+    std::thread::sleep(
+        Duration::from_millis(300).saturating_sub(t0.elapsed()) + Duration::from_millis(20),
+    );
+    assert_eq!(
+        remaining(&mut c, "k", "0", 10),
+        4,
+        "the slot came back, the estimate did not"
+    );
+    assert_eq!(remaining(&mut c, "{m}est", "0", 10), 4);
+    assert_eq!(remaining(&mut c, "{m}slot", "0", 10), 10);
+    assert_eq!(
+        release(&mut c, "k", estimate, None),
+        None,
+        "expired: nothing to release"
+    );
+    // A write to replicate the expiry, then the replica agrees exactly.
+    let _: Vec<i64> = redis::cmd("TB.CONSUME")
+        .arg("k")
+        .arg("0")
+        .arg(10)
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(15_000).query(&mut c).unwrap();
+    assert_eq!(acked, 1);
+    let mut rc = r.conn();
+    assert_eq!(digest(&mut rc, "k"), digest(&mut c, "k"));
+    assert_eq!(info(&mut rc, "k")["tokens"], "3");
+}
+
+#[test]
+fn giving_back_works_past_maxmemory_and_replies_what_went_back() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let a = lease(&mut c, "in", "0", 3, 1, 600_000);
+    let b = lease(&mut c, "in", "0", 3, 1, 600_000);
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    let refused = redis::cmd("TB.CONSUME")
+        .arg("in")
+        .arg("0")
+        .arg(3)
+        .query::<Value>(&mut c)
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("OOM"), "{refused}");
+    assert_eq!(
+        release(&mut c, "in", a, None),
+        Some(1),
+        "giving back takes no memory"
+    );
+    assert_eq!(
+        release(&mut c, "missing", 5, None),
+        None,
+        "nil, not OOM, for a missing key"
+    );
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
+    // The reply is what went back: a refund filled the bucket meanwhile.
+    let _: i64 = redis::cmd("TB.REFUND")
+        .arg("in")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        release(&mut c, "in", b, None),
+        Some(0),
+        "the bucket was full: nothing went back"
+    );
+}
+
+/// Lease ids of `count` leases on `key` (each released again).
+fn ids(c: &mut Connection, key: &str, count: usize) -> Vec<i64> {
+    (0..count)
+        .map(|_| {
+            let id = lease(c, key, "0", 5, 1, 600_000);
+            assert_eq!(release(c, key, id, None), Some(1));
+            id
+        })
+        .collect()
+}
+
+fn server_time_us(c: &mut Connection) -> i64 {
+    let t: Vec<i64> = redis::cmd("TIME").query(c).unwrap();
+    t[0] * 1_000_000 + t[1]
+}
+
+#[test]
+fn lease_ids_cannot_be_guessed_and_are_not_handed_out_again() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let now = server_time_us(&mut c);
+    let first = ids(&mut c, "k", 200);
+    // Not the clock, not a counter: far from TIME, and far from each other.
+    for w in first.windows(2) {
+        assert!(
+            (w[1] - w[0]).abs() > 1_000_000,
+            "successive ids close: {w:?}"
+        );
+    }
+    for id in &first {
+        assert!(
+            (id - now).abs() > 3_600_000_000,
+            "an id near TIME in µs: {id} vs {now}"
+        );
+        assert!((1..1 << 53).contains(id), "{id}");
+    }
+    // Spread over the range: the top bit of 53 is set in about half.
+    let high = first.iter().filter(|&&id| id >= 1 << 52).count();
+    assert!(
+        (50..=150).contains(&high),
+        "{high} of 200 ids in the upper half"
+    );
+    // The key deleted and made again, or restored from a DUMP: new ids.
+    let _: i64 = redis::cmd("DEL").arg("k").query(&mut c).unwrap();
+    let again = ids(&mut c, "k", 100);
+    let held = lease(&mut c, "r", "0", 5, 1, 600_000);
+    let dump: Vec<u8> = redis::cmd("DUMP").arg("r").query(&mut c).unwrap();
+    let _: () = redis::cmd("RESTORE")
+        .arg("r2")
+        .arg(0)
+        .arg(dump)
+        .query(&mut c)
+        .unwrap();
+    let restored = ids(&mut c, "r2", 100);
+    let mut all: Vec<i64> = first
+        .iter()
+        .chain(&again)
+        .chain(&restored)
+        .copied()
+        .collect();
+    all.push(held);
+    let count = all.len();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), count, "an id was handed out twice");
 }

@@ -285,9 +285,9 @@ fn restore_never_crashes_on_corrupt_payloads() {
         header
     };
     assert_eq!(
-        with_version(2),
+        with_version(3),
         first[..10],
-        "buckets are saved in version 2"
+        "buckets are saved in version 3"
     );
     let template = Template {
         header: first[..10].to_vec(),

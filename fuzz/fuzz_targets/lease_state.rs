@@ -1,9 +1,11 @@
 //! Leases (`tb::lease`) and their encoding: a bucket's state with leases
 //! round-trips exactly through the wire form (TB.SETSTATE, AOF) and RDB
-//! version 2; arbitrary bytes after tag 2 either decode to valid leases
-//! that encode back to exactly them, or are refused; and any sequence of
-//! grants, expiries and releases keeps the invariants: leases valid, tokens
-//! never above capacity, a lease released at most once, no panic.
+//! version 2; arbitrary bytes after tag 3 either decode to valid leases
+//! that encode back to exactly them, or are refused (after the older tag 2,
+//! to valid leases or nothing); and any sequence of grants (random ids,
+//! with or without KEEP), expiries and releases keeps the invariants:
+//! leases valid, tokens never above capacity, a lease released at most
+//! once, no panic.
 
 #![no_main]
 
@@ -15,21 +17,30 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use sim::RawBucket;
 use tb::codec::{rdb_v2, wire};
-use tb::lease::{self, Lease, Leases, MAX_TTL_MS};
+use tb::lease::{self, Lease, Leases, Terms, MAX_TTL_MS};
 
 #[derive(Arbitrary, Debug)]
 enum Op {
-    Grant { n: u64, ttl_ms: u64 },
-    Release { pick: u16, used: Option<u64> },
+    Grant {
+        n: u64,
+        ttl_ms: u64,
+        keep: bool,
+        id: u64,
+    },
+    Release {
+        pick: u16,
+        used: Option<u64>,
+    },
     Expire,
-    Advance { us: u32 },
+    Advance {
+        us: u32,
+    },
 }
 
 #[derive(Arbitrary, Debug)]
 struct Input {
     state: RawBucket,
-    last_id: u64,
-    held: Vec<(u64, u64, i64)>,
+    held: Vec<(u64, u64, i64, bool)>,
     expire_at_ms: i64,
     ops: Vec<Op>,
     bytes: Vec<u8>,
@@ -37,11 +48,15 @@ struct Input {
 
 fuzz_target!(|input: Input| {
     let leases = Leases {
-        last_id: input.last_id,
         held: input
             .held
             .iter()
-            .map(|&(id, n, expires_us)| Lease { id, n, expires_us })
+            .map(|&(id, n, expires_us, keep)| Lease {
+                id,
+                n,
+                expires_us,
+                keep,
+            })
             .collect(),
     };
     if let Some(b) = input.state.get() {
@@ -58,12 +73,28 @@ fuzz_target!(|input: Input| {
         let mut released = Vec::new();
         for op in input.ops.iter().take(64) {
             match *op {
-                Op::Grant { n, ttl_ms } => {
+                Op::Grant {
+                    n,
+                    ttl_ms,
+                    keep,
+                    id,
+                } => {
                     let n = n % (b.capacity + 1);
                     if n > 0 && b.nanos_at(now) >= n as i128 * tb::bucket::NANOS {
                         b.settle(now);
                         b.tokens -= n as i128 * tb::bucket::NANOS;
-                        let _ = l.grant(n, 1 + ttl_ms % MAX_TTL_MS, now);
+                        let terms = Terms {
+                            n,
+                            ttl_ms: 1 + ttl_ms % MAX_TTL_MS,
+                            keep,
+                        };
+                        // A draw that repeats held ids before a fresh one.
+                        let held: Vec<u64> = l.held.iter().map(|x| x.id).take(2).collect();
+                        let mut draws = held.into_iter().chain(
+                            (0u64..)
+                                .map(|i| id.wrapping_add(i.wrapping_mul(0x9e37_79b9_7f4a_7c15))),
+                        );
+                        let _ = l.grant(terms, now, || draws.next().unwrap_or(1));
                     }
                 }
                 Op::Release { pick, used } => {
@@ -96,5 +127,9 @@ fuzz_target!(|input: Input| {
         let mut buf = Vec::new();
         wire::encode_state(&b, &l, at, &mut buf);
         assert_eq!(buf, bytes, "decoding is canonical");
+    }
+    bytes[0] = wire::TAG_LEASES_V2;
+    if let Some((b, l, _)) = wire::decode_state(&bytes) {
+        assert!(b.is_valid() && l.is_valid());
     }
 });

@@ -1,9 +1,10 @@
 //! `TB.CONSUME key rate capacity [n] [RESERVE ms | BLOCK ms] [ATMOST [MIN
-//! chunk]] [LEASE ttl-ms]`: take `n` tokens (default 1) from the bucket under
+//! chunk]] [LEASE ttl-ms [KEEP]]`: take `n` tokens (default 1) from the bucket under
 //! `key`, refilled lazily at `rate` up to `capacity`. `ATMOST MIN chunk`
 //! grants at least `min(chunk, n)` tokens or nothing (a denial waits for that
 //! many). With `LEASE`, the tokens are lent: `TB.RELEASE` gives them back, or
-//! they come back `ttl-ms` later ([`crate::lease`]).
+//! they come back `ttl-ms` later, or with `KEEP` stay used then
+//! ([`crate::lease`]).
 //!
 //! Reply: `[allowed, remaining, retry_after_ms, reset_after_ms, granted]`,
 //! and with `LEASE` a sixth element, the lease id (0 when denied).
@@ -12,7 +13,7 @@ use crate::bucket::{self, Kind, Mode};
 use crate::glue::command::{block, integer, key, one_of, pure_token, string, Access, Arity};
 use crate::glue::command::{Arg, Command, Keys, Spec};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
-use crate::glue::{blocking, clock, config, stats, top};
+use crate::glue::{blocking, clock, config, random, stats, top};
 use crate::lease;
 use crate::parse::{self, Wait};
 
@@ -42,7 +43,15 @@ impl Command for Consume {
             )
             .optional(),
             block(c"atmost", ATMOST_ARGS).optional(),
-            integer(c"lease-ttl-ms").token(c"LEASE").optional(),
+            block(
+                c"lease",
+                &[
+                    integer(c"lease-ttl-ms"),
+                    pure_token(c"keep", c"KEEP").optional(),
+                ],
+            )
+            .token(c"LEASE")
+            .optional(),
         ],
     };
 }
@@ -88,7 +97,12 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let mut o = bucket::consume(stored.as_ref(), a.limits, opts.n, mode, now);
     let mut lease_id = 0;
     if let (Some(ttl), Kind::Allowed) = (a.lease_ttl_ms, o.kind) {
-        lease_id = key.leases().grant(opts.n, ttl, now).unwrap_or(0);
+        let terms = lease::Terms {
+            n: opts.n,
+            ttl_ms: ttl,
+            keep: a.lease_keep,
+        };
+        lease_id = key.leases().grant(terms, now, random::u64).unwrap_or(0);
     }
     // What a denial waits for: one token for a peek, the chunk (at most n)
     // for ATMOST, else all n.

@@ -1,5 +1,5 @@
 //! `TB.MCONSUME numkeys key [key ...] rate capacity n [rate capacity n ...]
-//! [RESERVE ms | ATMOST [MIN chunk]] [LEASE part ttl-ms ...]`: all-or-nothing
+//! [RESERVE ms | ATMOST [MIN chunk]] [LEASE part ttl-ms [KEEP] ...]`: all-or-nothing
 //! across several buckets (requests and tokens per minute, requests in
 //! flight, per tenant and per key): either every bucket gives its `n`, or
 //! none changes. With `ATMOST`, the parts with the largest `n` share one
@@ -8,7 +8,8 @@
 //! hash tags).
 //!
 //! `LEASE part ttl-ms` lends part `part`'s tokens (1-based) instead of
-//! taking them (see [`crate::lease`]). A lease is never reserved and never
+//! taking them (see [`crate::lease`]); with `KEEP` its tokens stay used
+//! when it expires. A lease is never reserved and never
 //! partial: with `RESERVE`, leased parts must be available now while the
 //! other parts may reserve; if a leased part is short, the whole call is
 //! denied with the wait for the leased parts; `ATMOST` with `LEASE` is an
@@ -22,12 +23,12 @@
 use super::consume::ATMOST_ARGS;
 use crate::bucket::{self, Kind, Mode, Part};
 use crate::glue::command::{
-    block, integer, key, one_of, string, Access, Arity, Command, Keys, Spec,
+    block, integer, key, one_of, pure_token, string, Access, Arity, Command, Keys, Spec,
 };
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
 use crate::glue::store::{BucketKey, Write};
-use crate::glue::{clock, config, stats, top};
-use crate::parse;
+use crate::glue::{clock, config, random, stats, top};
+use crate::{lease, parse};
 
 /// `TB.MCONSUME`.
 pub struct Mconsume;
@@ -57,10 +58,17 @@ impl Command for Mconsume {
                 ],
             )
             .optional(),
-            block(c"lease", &[integer(c"part"), integer(c"lease-ttl-ms")])
-                .token(c"LEASE")
-                .optional()
-                .multiple(),
+            block(
+                c"lease",
+                &[
+                    integer(c"part"),
+                    integer(c"lease-ttl-ms"),
+                    pure_token(c"keep", c"KEEP").optional(),
+                ],
+            )
+            .token(c"LEASE")
+            .optional()
+            .multiple(),
         ],
     };
 }
@@ -119,7 +127,12 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     if o.allowed {
         for (j, ttl) in leased.iter().enumerate() {
             if let Some(ttl) = *ttl {
-                ids[j] = keys[j].leases().grant(parts[j].n, ttl, now).unwrap_or(0);
+                let terms = lease::Terms {
+                    n: parts[j].n,
+                    ttl_ms: ttl,
+                    keep: a.keep[j],
+                };
+                ids[j] = keys[j].leases().grant(terms, now, random::u64).unwrap_or(0);
             }
         }
     }

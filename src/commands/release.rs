@@ -6,7 +6,12 @@
 //! (a retried call whose reply was lost), or after it expired, changes
 //! nothing and replies nil.
 //!
-//! Reply: the tokens given back (negative: the overrun charged), or nil
+//! Not `deny-oom`: giving back takes no memory (the lease's state shrinks),
+//! so a lease can be returned when a tenant has filled memory.
+//!
+//! Reply: the whole tokens that actually went back, the increase of the
+//! bucket's level after the cap at capacity (0 when it was full already, so
+//! summing replies never overcounts), or negative, the overrun charged; nil
 //! when the key holds no such lease.
 
 use crate::glue::command::{integer, key, Access, Arity, Command, Keys, Spec};
@@ -22,7 +27,7 @@ impl Command for Release {
         name: c"tb.release",
         run,
         arity: Arity::AtLeast(3),
-        flags: c"write deny-oom fast",
+        flags: c"write fast",
         keys: Keys::One(Access::Update),
         acl: c"write fast",
         summary: c"Gives a lease's tokens back once, or settles it to the tokens used",
@@ -37,7 +42,7 @@ impl Command for Release {
 fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let (id, used) = parse::release_command(args)?;
     let now = clock::now_us();
-    let key = ctx.open_bucket(args.key(1))?;
+    let key = ctx.open_bucket_to_shrink(args.key(1))?;
     let Some(mut b) = key.stored_at(now) else {
         ctx.reply().null();
         return Ok(());

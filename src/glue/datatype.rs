@@ -19,10 +19,12 @@ use crate::bucket::Bucket;
 use crate::codec::{packed, rdb_v1, rdb_v2, wire};
 use crate::lease::Leases;
 
-/// RDB encoding version of a bucket. Version 2 saves the [`rdb_v2`] string;
-/// version 1 (six integers, [`rdb_v1`]) is still loaded. Bump it when the
-/// layout changes and keep loading the older versions.
-pub const ENCODING_VERSION: i32 = 2;
+/// RDB encoding version of a bucket. Versions 2 and 3 save the [`rdb_v2`]
+/// string (version 3 may hold leases in the wire tag 3, which a module
+/// that only knows version 2 must refuse rather than misread); version 1
+/// (six integers, [`rdb_v1`]) is still loaded. Bump it when the layout
+/// changes and keep loading the older versions.
+pub const ENCODING_VERSION: i32 = 3;
 
 /// The module's data type (name exactly 9 characters, as Redis requires).
 pub static TB_TYPE: RedisType = RedisType::new(
@@ -201,7 +203,7 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
     guard(std::ptr::null_mut(), || {
         let loaded = match encver {
             1 => load_v1(rdb).map(|b| (b, Leases::default())),
-            2 => load_v2(rdb),
+            2 | 3 => load_v2(rdb),
             _ => None,
         };
         match loaded {
@@ -319,13 +321,10 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
             add(md, b.rate.den() as i64);
             add(md, b.capacity as i64);
             let leases = read_leases(value);
-            if !leases.is_blank() {
-                add(md, leases.last_id as i64);
-                for l in &leases.held {
-                    add(md, l.id as i64);
-                    add(md, l.n as i64);
-                    add(md, l.expires_us);
-                }
+            for l in &leases.held {
+                add(md, l.id as i64);
+                add(md, (l.n << 1 | u64::from(l.keep)) as i64);
+                add(md, l.expires_us);
             }
             raw::RedisModule_DigestEndSequence.unwrap()(md);
         }

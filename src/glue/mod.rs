@@ -9,6 +9,7 @@ pub mod datatype;
 pub mod entry;
 pub mod eviction;
 pub mod log;
+pub mod random;
 pub mod reply;
 pub mod stats;
 pub mod store;

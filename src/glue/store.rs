@@ -64,6 +64,16 @@ impl<'a> Ctx<'a> {
         Ok(key)
     }
 
+    /// Opens `name` for a write that never creates a bucket and never grows
+    /// one (TB.RELEASE): no OOM refusal, even past `maxmemory`. WRONGTYPE
+    /// if it holds something other than a bucket.
+    pub fn open_bucket_to_shrink<'c>(
+        &'c self,
+        name: KeyName<'c>,
+    ) -> Result<BucketKey<'c, Write>, CmdError> {
+        BucketKey::open(self, name, true)
+    }
+
     /// Whether a new bucket would take memory past `maxmemory`. Redis
     /// refuses TB writes (`deny-oom`) then, but lets scripts and functions
     /// flagged `allow-oom` run them; this keeps those from creating buckets

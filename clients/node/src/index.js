@@ -10,7 +10,7 @@
 // as one Lua script (tb.lua, a byte-identical copy of the repository's
 // lua/tb.lua) with the same replies.
 
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 
@@ -18,6 +18,24 @@ import { connect } from './connection.js';
 
 /** Source of the Lua fallback (`tb.lua` in this package). */
 export const SCRIPT = readFileSync(new URL('./tb.lua', import.meta.url), 'utf8');
+
+/** Largest lease id (the module's and the Lua fallback's: 2^53 - 1). */
+const LUA_MAX_LEASE_ID = 2n ** 53n - 1n;
+
+/**
+ * ARGV for the Lua fallback: the command name, then its arguments; before
+ * them, for a call that may grant a lease, `LEASE-SEED r`: the script cannot
+ * draw secure randomness, so its lease ids come from `r`, a random integer
+ * from 1 to 2^53 - 1 drawn here (lua/tb.lua).
+ * @param {string} name
+ * @param {string[]} args
+ * @returns {string[]}
+ */
+function scriptTail(name, args) {
+  if (!args.some((a) => String(a).toUpperCase() === 'LEASE')) return [name, ...args];
+  const seed = (randomBytes(8).readBigUInt64BE() % LUA_MAX_LEASE_ID) + 1n;
+  return ['LEASE-SEED', String(seed), name, ...args];
+}
 /** SHA1 of {@link SCRIPT}, as EVALSHA takes it. */
 export const SCRIPT_SHA1 = createHash('sha1').update(SCRIPT).digest('hex');
 /** The longest wait the module accepts by default (`tb.max-wait-ms`). */
@@ -353,7 +371,7 @@ export class Limiter {
         this._backend = 'lua';
       }
     }
-    const tail = [name, ...args];
+    const tail = scriptTail(name, args);
     try {
       return await conn.send(['EVALSHA', SCRIPT_SHA1, String(keys.length)], keys, tail);
     } catch (e) {

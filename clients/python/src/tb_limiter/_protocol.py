@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import secrets
 from dataclasses import dataclass
 from importlib import resources
 
@@ -53,8 +54,18 @@ class Call:
         return (self.name, *self.keys, *self.args)
 
     def script_args(self) -> tuple[str, ...]:
-        """ARGV for the Lua fallback: the command name, then its arguments."""
+        """ARGV for the Lua fallback: the command name, then its arguments;
+        before them, for a call that may grant a lease, ``LEASE-SEED r``: the
+        script cannot draw secure randomness, so its lease ids come from
+        ``r``, a random integer from 1 to 2^53 - 1 drawn here (lua/tb.lua)."""
+        if any(a.upper() == "LEASE" for a in self.args):
+            seed = str(secrets.randbelow(LUA_MAX_LEASE_ID) + 1)
+            return ("LEASE-SEED", seed, self.name, *self.args)
         return (self.name, *self.args)
+
+
+#: Largest lease id (the module's and the Lua fallback's: 2^53 - 1).
+LUA_MAX_LEASE_ID = 2**53 - 1
 
 
 def is_unknown_command(error: BaseException) -> bool:
