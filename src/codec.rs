@@ -31,7 +31,7 @@
 /// trailing input.
 pub mod wire {
     use crate::bucket::{Bucket, Rate};
-    use crate::lease::{Lease, Leases, MAX_LEASES};
+    use crate::lease::{Delta, Lease, Leases, MAX_LEASES};
 
     /// First byte of an encoded state (format version 1). Never an ASCII digit
     /// or `-`, so it cannot be mistaken for the decimal form's first field.
@@ -174,10 +174,97 @@ pub mod wire {
         out[0] = TAG_LEASES;
         push(out, leases.held.len() as u128);
         for l in &leases.held {
-            push(out, u128::from(l.id));
-            push(out, u128::from(l.n) << 1 | u128::from(l.keep));
-            push(out, zigzag(i128::from(l.expires_us)));
+            push_lease(out, l);
         }
+    }
+
+    /// First byte of a change to a bucket with leases (issue 18): the
+    /// fields of [`TAG`] after it (the bucket as the command left it), then
+    /// varints: the leases held after, the expiry time through which leases
+    /// were dropped (0: none, else `1 + zigzag(t)`), the number of leases
+    /// released and their ids, the number granted and each as in
+    /// [`TAG_LEASES`]. A few bytes whatever the number of leases held.
+    pub const TAG_DELTA: u8 = 0x04;
+
+    /// Appends a lease as [`TAG_LEASES`] writes it.
+    fn push_lease(out: &mut Vec<u8>, l: &Lease) {
+        push(out, u128::from(l.id));
+        push(out, u128::from(l.n) << 1 | u128::from(l.keep));
+        push(out, zigzag(i128::from(l.expires_us)));
+    }
+
+    /// Reads a lease written by [`push_lease`].
+    fn take_lease(input: &mut &[u8]) -> Option<Lease> {
+        let id = u64::try_from(take(input, 64)?).ok()?;
+        let v = take(input, 65)?;
+        let n = u64::try_from(v >> 1).ok()?;
+        let expires_us = i64::try_from(unzigzag(take(input, 64)?)).ok()?;
+        Some(Lease {
+            id,
+            n,
+            expires_us,
+            keep: v & 1 == 1,
+        })
+    }
+
+    /// Encodes `b` with its expiry and the change `d` to its leases into
+    /// `out` (cleared first).
+    pub fn encode_delta(b: &Bucket, d: &Delta, expire_at_ms: i64, out: &mut Vec<u8>) {
+        let mut head = [0u8; MAX_LEN];
+        let len = encode(b, expire_at_ms, &mut head);
+        out.clear();
+        out.extend_from_slice(&head[..len]);
+        out[0] = TAG_DELTA;
+        push(out, d.held_after as u128);
+        push(
+            out,
+            d.expired_through.map_or(0, |t| 1 + zigzag(i128::from(t))),
+        );
+        push(out, d.released.len() as u128);
+        for &id in &d.released {
+            push(out, u128::from(id));
+        }
+        push(out, d.granted.len() as u128);
+        for l in &d.granted {
+            push_lease(out, l);
+        }
+    }
+
+    /// Decodes a change written by [`encode_delta`]; `None` for anything
+    /// else (the leases it grants must be valid ones, and it names no more
+    /// than [`MAX_LEASES`] of each).
+    pub fn decode_delta(bytes: &[u8]) -> Option<(Bucket, Delta, i64)> {
+        if *bytes.first()? != TAG_DELTA {
+            return None;
+        }
+        let (b, at, mut input) = split_head(bytes)?;
+        let held_after = usize::try_from(take(&mut input, 64)?).ok()?;
+        let expired_through = match take(&mut input, 66)? {
+            0 => None,
+            t => Some(i64::try_from(unzigzag(t - 1)).ok()?),
+        };
+        let count = |input: &mut &[u8]| {
+            usize::try_from(take(input, 64)?)
+                .ok()
+                .filter(|&c| c <= MAX_LEASES)
+        };
+        let released = (0..count(&mut input)?)
+            .map(|_| u64::try_from(take(&mut input, 64)?).ok())
+            .collect::<Option<Vec<u64>>>()?;
+        let granted = (0..count(&mut input)?)
+            .map(|_| take_lease(&mut input))
+            .collect::<Option<Vec<Lease>>>()?;
+        let valid = granted.iter().all(|l| Leases::new(vec![*l]).is_valid());
+        (input.is_empty() && valid && held_after <= MAX_LEASES).then_some((
+            b,
+            Delta {
+                expired_through,
+                released,
+                granted,
+                held_after,
+            },
+            at,
+        ))
     }
 
     /// Splits a state with leases into the bucket and its expiry (decoded
@@ -215,26 +302,25 @@ pub mod wire {
         }
         let mut held = Vec::with_capacity(count);
         for _ in 0..count {
+            if tag == TAG_LEASES {
+                held.push(take_lease(&mut input)?);
+                continue;
+            }
             let id = u64::try_from(take(&mut input, 64)?).ok()?;
-            let (n, keep) = if tag == TAG_LEASES {
-                let v = take(&mut input, 65)?;
-                (u64::try_from(v >> 1).ok()?, v & 1 == 1)
-            } else {
-                (u64::try_from(take(&mut input, 64)?).ok()?, false)
-            };
+            let n = u64::try_from(take(&mut input, 64)?).ok()?;
             let expires_us = i64::try_from(unzigzag(take(&mut input, 64)?)).ok()?;
             held.push(Lease {
                 id,
                 n,
                 expires_us,
-                keep,
+                keep: false,
             });
         }
         if tag == TAG_LEASES_V2 {
             // Held by id then; equal expiries keep that (grant) order.
             held.sort_by_key(|l| l.expires_us);
         }
-        let leases = Leases { held };
+        let leases = Leases::new(held);
         // Blank leases are written as tag 1: a tag 3 without any would not
         // round-trip.
         let canonical = tag == TAG_LEASES_V2 || !leases.is_blank();
@@ -672,9 +758,7 @@ mod tests {
             expires_us,
             keep,
         };
-        let leases = Leases {
-            held: vec![lease(77, 4, 5_000, true), lease(3, 3, 9_000, false)],
-        };
+        let leases = Leases::new(vec![lease(77, 4, 5_000, true), lease(3, 3, 9_000, false)]);
         let mut buf = Vec::new();
         wire::encode_state(&b, &leases, 42, &mut buf);
         assert_eq!(buf[0], wire::TAG_LEASES);
@@ -686,7 +770,7 @@ mod tests {
             vec![lease(0, 3, 5_000, false)],
         ] {
             let mut out = Vec::new();
-            wire::encode_state(&b, &Leases { held: bad }, 0, &mut out);
+            wire::encode_state(&b, &Leases::new(bad), 0, &mut out);
             assert_eq!(wire::decode_state(&out), None);
         }
         // Tag 2 (ids from the clock, a last id, leases by id, none kept):
@@ -703,6 +787,18 @@ mod tests {
             held.held,
             vec![lease(9, 1, 700, false), lease(5, 2, 800, false)]
         );
+        // A change to the leases round-trips, in a few bytes.
+        let d = crate::lease::Delta {
+            expired_through: Some(1_795_238_169_873_123),
+            released: vec![77],
+            granted: vec![lease(5, 2, 1_795_238_229_873_123, true)],
+            held_after: 1_000,
+        };
+        let mut out = Vec::new();
+        wire::encode_delta(&b, &d, 42, &mut out);
+        assert!(out.len() < 60, "{} bytes", out.len());
+        assert_eq!(wire::decode_delta(&out), Some((b, d, 42)));
+        assert_eq!(wire::decode_state(&out), None, "a change is no state");
         // A tag 2 state whose leases were all gone: the bucket alone.
         let mut none = head[..len].to_vec();
         none[0] = wire::TAG_LEASES_V2;

@@ -70,10 +70,42 @@ impl Lease {
 /// replica or AOF replaying the same grants holds them in the same order),
 /// ids distinct and from 1 to [`MAX_ID`], every `n` from 1 to
 /// [`MAX_AMOUNT`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct Leases {
     /// Leases held, by expiry.
     pub held: Vec<Lease>,
+    /// What the command running now changed ([`Leases::delta`]); not part
+    /// of the state.
+    journal: Delta,
+}
+
+/// Two sets of leases are equal when they hold the same leases, whatever
+/// their journal.
+impl PartialEq for Leases {
+    fn eq(&self, other: &Self) -> bool {
+        self.held == other.held
+    }
+}
+
+impl Eq for Leases {}
+
+/// The changes one command made to a bucket's leases, in the order they
+/// are applied: the leases expired at or before `expired_through` dropped,
+/// then those `released`, then those `granted` (each where its expiry puts
+/// it). Replicas and the AOF receive this instead of every held lease, so
+/// a write replicates a few bytes however many leases the bucket holds;
+/// applying it to the leases the command found gives exactly the leases
+/// it left ([`Leases::apply`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Delta {
+    /// Leases expired at or before this time (µs) were dropped.
+    pub expired_through: Option<i64>,
+    /// Ids of the leases released.
+    pub released: Vec<u64>,
+    /// Leases granted.
+    pub granted: Vec<Lease>,
+    /// How many leases are held after (a check on the replica).
+    pub held_after: usize,
 }
 
 /// Why a lease cannot be granted.
@@ -98,6 +130,65 @@ impl Leases {
     /// True when the bucket holds no lease: its state is the bucket alone.
     pub fn is_blank(&self) -> bool {
         self.held.is_empty()
+    }
+
+    /// Leases holding `held` (in expiry order), with an empty journal.
+    pub fn new(held: Vec<Lease>) -> Leases {
+        Leases {
+            held,
+            journal: Delta::default(),
+        }
+    }
+
+    /// What changed since the journal was last cleared, with the number
+    /// held now.
+    pub fn delta(&self) -> Delta {
+        Delta {
+            held_after: self.held.len(),
+            ..self.journal.clone()
+        }
+    }
+
+    /// Whether anything changed since the journal was last cleared.
+    pub fn changed(&self) -> bool {
+        self.journal != Delta::default()
+    }
+
+    /// Forgets the journal (the changes are written).
+    pub fn clear_journal(&mut self) {
+        self.journal = Delta::default();
+    }
+
+    /// Applies `d` (made by [`Leases::delta`] on these same leases) and
+    /// returns true; or returns false and changes nothing when `d` does not
+    /// fit them (a released id not held, a granted id held already, or
+    /// another count after).
+    pub fn apply(&mut self, d: &Delta) -> bool {
+        let due = d
+            .expired_through
+            .map_or(0, |t| self.held.partition_point(|l| l.expires_us <= t));
+        let live = &self.held[due..];
+        let fits = d.released.iter().all(|id| live.iter().any(|l| l.id == *id))
+            && d.granted.iter().all(|g| live.iter().all(|l| l.id != g.id))
+            && live.len() + d.granted.len() == d.held_after + d.released.len()
+            && d.held_after <= MAX_LEASES;
+        if !fits {
+            return false;
+        }
+        self.held.drain(..due);
+        self.held.retain(|l| !d.released.contains(&l.id));
+        for g in &d.granted {
+            self.insert(*g);
+        }
+        true
+    }
+
+    /// Inserts `lease` after every lease expiring at or before it.
+    fn insert(&mut self, lease: Lease) {
+        let at = self
+            .held
+            .partition_point(|l| l.expires_us <= lease.expires_us);
+        self.held.insert(at, lease);
     }
 
     /// True when the fields satisfy the invariants (used to reject corrupt
@@ -141,6 +232,7 @@ impl Leases {
         }
         let back: i128 = self.held[..due].iter().map(Lease::back_at_expiry).sum();
         self.held.drain(..due);
+        self.journal.expired_through = Some(now_us);
         if back > 0 {
             give_back(b, back, now_us);
         }
@@ -165,17 +257,14 @@ impl Leases {
                 break id;
             }
         };
-        let expires_us = now_us.saturating_add(terms.ttl_ms as i64 * 1000);
-        let at = self.held.partition_point(|l| l.expires_us <= expires_us);
-        self.held.insert(
-            at,
-            Lease {
-                id,
-                n: terms.n,
-                expires_us,
-                keep: terms.keep,
-            },
-        );
+        let lease = Lease {
+            id,
+            n: terms.n,
+            expires_us: now_us.saturating_add(terms.ttl_ms as i64 * 1000),
+            keep: terms.keep,
+        };
+        self.insert(lease);
+        self.journal.granted.push(lease);
         Ok(id)
     }
 
@@ -246,6 +335,7 @@ pub fn release(
 ) -> Option<Released> {
     let at = leases.held.iter().position(|l| l.id == id)?;
     let lease = leases.held.remove(at);
+    leases.journal.released.push(id);
     let nominal = lease.n as i128 - used.map_or(0, i128::from);
     b.settle(now_us);
     let returned = if nominal >= 0 {
@@ -472,6 +562,41 @@ mod tests {
         );
         let top = leases.grant(slot(1, 1000), T0, || u64::MAX).unwrap();
         assert_eq!(top, MAX_ID);
+    }
+
+    #[test]
+    fn a_delta_brings_a_copy_to_exactly_the_same_leases() {
+        let l = lim(0, 1, 100);
+        let mut draw = rng(7);
+        let mut master = Leases::default();
+        let mut b = consume(None, l, 50, Mode::All, T0).bucket;
+        for i in 0..6 {
+            let keep = i % 2 == 0;
+            let terms = Terms {
+                n: 1 + i,
+                ttl_ms: 1000 * (1 + i % 3),
+                keep,
+            };
+            master.grant(terms, T0, &mut draw).unwrap();
+        }
+        master.clear_journal();
+        let mut replica = master.clone();
+        // One command: two leases expire, one is released, one granted.
+        assert!(master.expire(&mut b, T0 + 1_000_000));
+        let gone = master.held[1].id;
+        release(&mut b, &mut master, gone, Some(1), T0 + 1_000_000).unwrap();
+        master
+            .grant(slot(3, 1000), T0 + 1_000_000, &mut draw)
+            .unwrap();
+        let d = master.delta();
+        assert_eq!(d.expired_through, Some(T0 + 1_000_000));
+        assert_eq!((d.released.len(), d.granted.len()), (1, 1));
+        assert!(replica.apply(&d));
+        assert_eq!(replica, master);
+        // Applied again (or to other leases), it does not fit: refused.
+        let before = replica.clone();
+        assert!(!replica.apply(&d));
+        assert_eq!(replica.held, before.held);
     }
 
     #[test]

@@ -724,6 +724,16 @@ pub enum SetStateArgs {
         /// The key's absolute expiry in ms, 0 for none.
         expire_at_ms: i64,
     },
+    /// `TB.SETSTATE key change` ([`wire::TAG_DELTA`]): store `bucket` and
+    /// apply `delta` to the leases the key holds.
+    Delta {
+        /// The state to store.
+        bucket: Bucket,
+        /// The change to the key's leases.
+        delta: crate::lease::Delta,
+        /// The key's absolute expiry in ms, 0 for none.
+        expire_at_ms: i64,
+    },
     /// `TB.SETSTATE key DEL`: delete the bucket (a full bucket, whose key
     /// a write removed). The word `DEL` cannot be a compact state: those
     /// begin with a version tag byte below 0x20.
@@ -734,6 +744,14 @@ pub enum SetStateArgs {
 pub fn setstate_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<SetStateArgs, ArgsError> {
     let (bucket, leases, expire_at_ms) = match a.count() {
         3 if is_keyword(a.arg(2), "DEL") => return Ok(SetStateArgs::Delete),
+        3 if a.arg(2).first() == Some(&wire::TAG_DELTA) => {
+            let (bucket, delta, expire_at_ms) = wire::decode_delta(a.arg(2)).ok_or(ERR_STATE)?;
+            return Ok(SetStateArgs::Delta {
+                bucket,
+                delta,
+                expire_at_ms,
+            });
+        }
         3 => wire::decode_state(a.arg(2)).ok_or(ERR_STATE)?,
         8 => {
             let (b, at) = decimal_state(a)?;
@@ -768,6 +786,12 @@ fn decimal_state<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<(Bucket, i64), Pars
     }
     Ok((b, at_ms))
 }
+
+/// Error for a lease change (TB.SETSTATE) that does not fit the leases the
+/// key holds: the replica's or AOF's key is not the state the master
+/// changed.
+pub const ERR_DELTA: ParseError =
+    "ERR TB.SETSTATE: the lease change does not fit the leases the key holds";
 
 /// Error for an unknown TB.CONFIG subcommand.
 pub const ERR_SUBCOMMAND: ParseError =

@@ -339,7 +339,7 @@ fn block_is_held_its_wait_across_a_step_forward() {
 fn lease_ids_are_not_handed_out_again_after_a_clock_step_back() {
     let (s, mut clock, _dir) = server();
     let mut c = s.conn();
-    let mut lease = |c: &mut Connection| -> i64 {
+    let lease = |c: &mut Connection| -> i64 {
         let r = cmd(c, &["TB.CONSUME", "k", "0", "5", "1", "LEASE", "60000"]);
         assert_eq!(r[0], 1, "{r:?}");
         r[5]

@@ -676,3 +676,96 @@ fn lease_ids_cannot_be_guessed_and_are_not_handed_out_again() {
     all.dedup();
     assert_eq!(all.len(), count, "an id was handed out twice");
 }
+
+fn repl_offset(c: &mut Connection) -> i64 {
+    let info: String = redis::cmd("INFO").arg("replication").query(c).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("master_repl_offset:"))
+        .expect("master_repl_offset in INFO replication")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Bytes replicated per call of `run`, over `calls` calls.
+fn bytes_per_call(c: &mut Connection, calls: i64, mut run: impl FnMut(&mut Connection)) -> f64 {
+    run(c); // the first write may carry a SELECT
+    let before = repl_offset(c);
+    for _ in 0..calls {
+        run(c);
+    }
+    (repl_offset(c) - before) as f64 / calls as f64
+}
+
+#[test]
+fn replication_bytes_per_call_do_not_grow_with_the_leases_held() {
+    let mut s = Server::start_with(ServerConfig {
+        args: vec![
+            "--appendonly".into(),
+            "yes".into(),
+            "--aof-use-rdb-preamble".into(),
+            "no".into(),
+        ],
+        ..ServerConfig::default()
+    });
+    let r = replica_of(&s, ServerConfig::default());
+    let mut c = s.conn();
+    // "full" holds the most leases a bucket may (1,024), "none" none; same
+    // limits, same key length.
+    for _ in 0..1024 {
+        lease(&mut c, "full", "1000", 1_000_000, 1, 600_000);
+    }
+    let take = |key: &'static str| {
+        move |c: &mut Connection| {
+            let r: Vec<i64> = redis::cmd("TB.CONSUME")
+                .arg(key)
+                .arg("1000")
+                .arg(1_000_000)
+                .arg(1)
+                .query(c)
+                .unwrap();
+            assert_eq!(r[0], 1);
+        }
+    };
+    let bare = bytes_per_call(&mut c, 200, take("none"));
+    let held = bytes_per_call(&mut c, 200, take("full"));
+    assert!(bare > 0.0);
+    assert!(
+        held <= 2.0 * bare,
+        "a take replicates {held} bytes on a bucket with 1,024 leases, {bare} on one without"
+    );
+    // Releasing a lease and taking one again: a change of one lease each.
+    let mut ids: Vec<i64> = Vec::new();
+    let churn = bytes_per_call(&mut c, 200, |c| {
+        if let Some(id) = ids.pop() {
+            assert_eq!(release(c, "full", id, None), Some(1));
+        } else {
+            let r: Vec<i64> = redis::cmd("TB.CONSUME")
+                .arg("full")
+                .arg("1000")
+                .arg(1_000_000)
+                .arg(1)
+                .arg("LEASE")
+                .arg(600_000)
+                .query(c)
+                .unwrap_or_default();
+            if r.first() == Some(&1) {
+                ids.push(r[5]);
+            }
+        }
+    });
+    assert!(
+        churn <= 2.0 * bare,
+        "a release or a lease replicates {churn} bytes with 1,024 leases held, a take {bare} without"
+    );
+    // Master, replica and the AOF replayed after a restart hold the same.
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(15_000).query(&mut c).unwrap();
+    assert_eq!(acked, 1);
+    let master = [digest(&mut c, "full"), digest(&mut c, "none")];
+    let mut rc = r.conn();
+    assert_eq!([digest(&mut rc, "full"), digest(&mut rc, "none")], master);
+    drop(c);
+    s.restart();
+    let mut c = s.conn();
+    assert_eq!([digest(&mut c, "full"), digest(&mut c, "none")], master);
+}

@@ -47,8 +47,8 @@ struct Input {
 }
 
 fuzz_target!(|input: Input| {
-    let leases = Leases {
-        held: input
+    let leases = Leases::new(
+        input
             .held
             .iter()
             .map(|&(id, n, expires_us, keep)| Lease {
@@ -58,7 +58,7 @@ fuzz_target!(|input: Input| {
                 keep,
             })
             .collect(),
-    };
+    );
     if let Some(b) = input.state.get() {
         if leases.is_valid() {
             let at = input.expire_at_ms.max(0);

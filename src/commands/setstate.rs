@@ -7,8 +7,12 @@
 //! Replication and AOF rewrite send the compact binary `state`
 //! ([`crate::codec::wire`], recognised by its first byte); the decimal form,
 //! with `expire_at_ms` 0 for no expiry, is accepted too, for people and tools
-//! (the compact state's tag 2 carries the bucket's leases; the decimal form
-//! has none).
+//! (the compact state's tag 3 carries the bucket's leases; the decimal form
+//! has none). A write to a bucket with leases replicates the tag 4 form
+//! instead: the bucket and only the change to its leases (those expired,
+//! released and granted), so its bytes do not grow with the leases held;
+//! it is refused, changing nothing, when it does not fit the leases the key
+//! holds.
 //! A write that leaves a bucket full deletes its key and replicates `key
 //! DEL`: the module's own command, which `rename-command` cannot take away
 //! as it can `DEL`. The deletion form removes a bucket, never other data
@@ -66,6 +70,11 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
             leases,
             expire_at_ms,
         } => key.set_state(&bucket, leases, expire_at_ms),
+        SetStateArgs::Delta {
+            bucket,
+            delta,
+            expire_at_ms,
+        } => key.apply_delta(&bucket, &delta, expire_at_ms)?,
         SetStateArgs::Delete => key.delete_state(),
     }
     ctx.reply().ok();

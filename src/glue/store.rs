@@ -18,7 +18,8 @@ use super::datatype::{self, tb_type};
 use super::entry::{CmdError, Ctx, KeyName};
 use crate::bucket::{Bucket, Expiry};
 use crate::codec::wire;
-use crate::lease::{self, Leases};
+use crate::lease::{self, Delta, Leases};
+use crate::parse;
 
 /// Name of the internal command that sets a bucket's absolute state; it is
 /// what replicas and the AOF receive instead of the client's command.
@@ -215,6 +216,7 @@ impl<'c> BucketKey<'c, Write> {
         let at = expire_at_ms(b, &self.leases.borrow());
         let deleted = match at {
             None => {
+                self.leases.borrow_mut().clear_journal();
                 self.delete();
                 // Not as DEL: rename-command can rename DEL away, and then
                 // RedisModule_Replicate finds no such command and sends
@@ -233,9 +235,17 @@ impl<'c> BucketKey<'c, Write> {
                 true
             }
             Some(at_ms) => {
+                // A bucket that holds or held leases replicates the change
+                // to them, not all of them.
+                let delta = {
+                    let mut leases = self.leases.borrow_mut();
+                    let d = (leases.changed() || !leases.is_blank()).then(|| leases.delta());
+                    leases.clear_journal();
+                    d
+                };
                 self.put(b);
                 self.set_expire_at(at_ms);
-                self.replicate_state(b, at_ms);
+                self.replicate_state(b, at_ms, delta.as_ref());
                 false
             }
         };
@@ -255,6 +265,24 @@ impl<'c> BucketKey<'c, Write> {
         self.notify_written(false);
         // SAFETY: ctx is the live context of this call.
         unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(self.ctx.as_ptr()) };
+    }
+
+    /// Stores `b` with the absolute expiry `at_ms` (0: none) and applies
+    /// the change `d` to the key's leases (TB.SETSTATE's tag 4), replicating
+    /// the command as it came; refused, changing nothing, when `d` does not
+    /// fit the leases the key holds.
+    pub fn apply_delta(&self, b: &Bucket, d: &Delta, at_ms: i64) -> Result<(), CmdError> {
+        if !self.leases.borrow_mut().apply(d) {
+            return Err(parse::ERR_DELTA.into());
+        }
+        self.ctx.mark_effects();
+        self.put(b);
+        self.set_expire_at(at_ms);
+        self.signal_modified();
+        self.notify_written(false);
+        // SAFETY: ctx is the live context of this call.
+        unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(self.ctx.as_ptr()) };
+        Ok(())
     }
 
     /// Deletes the bucket (TB.SETSTATE's deletion form; nothing if there is
@@ -365,10 +393,15 @@ impl<'c> BucketKey<'c, Write> {
 
     /// Replicates `TB.SETSTATE key state`, with the state in its compact
     /// binary form ([`wire`]): about a third of the bytes of the decimal
-    /// form, and one string object for Redis to build instead of six.
-    fn replicate_state(&self, b: &Bucket, at_ms: i64) {
+    /// form, and one string object for Redis to build instead of six. With
+    /// `delta`, the bucket and that change to its leases ([`wire::TAG_DELTA`]):
+    /// bytes that do not grow with the leases held.
+    fn replicate_state(&self, b: &Bucket, at_ms: i64, delta: Option<&Delta>) {
         let mut buf = Vec::with_capacity(wire::MAX_LEN);
-        wire::encode_state(b, &self.leases.borrow(), at_ms, &mut buf);
+        match delta {
+            Some(d) => wire::encode_delta(b, d, at_ms, &mut buf),
+            None => wire::encode_state(b, &Leases::default(), at_ms, &mut buf),
+        }
         let len = buf.len();
         // SAFETY: ctx and name are live; the format string matches the
         // arguments: s = RedisModuleString*, b = (char*, size_t).

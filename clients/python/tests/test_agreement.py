@@ -611,6 +611,7 @@ def test_paying_off_a_deep_debt_agrees(pair: Pair) -> None:
 # CL.THROTTLE, server-side waiting) and of the module's own failures.
 MODULE_ONLY = {
     "ERR invalid bucket state for TB.SETSTATE",
+    "ERR TB.SETSTATE: the lease change does not fit the leases the key holds",
     "ERR max_burst must be an integer from 0 to 9007199254740991",
     "ERR count must be an integer from 0 to 9007199254740992",
     "ERR period must be an integer number of seconds from 1 to 9007199254740992",
