@@ -10,6 +10,9 @@
 #   make bench-hotkeys only issue 13's byte streams and hot keys, through the
 #                      Python client (about 30 s; part of make bench), then
 #                      the report
+#   make bench-leases  only issue 18's cost of a write against the leases its
+#                      bucket holds (bytes replicated, instructions; about a
+#                      minute per server; part of make bench), then the report
 #   make bench-smoke   a tiny run with sanity checks (about 10 s; part of
 #                      `make test` through EXTRA_TESTS)
 
@@ -20,7 +23,7 @@ BENCH_PIP := matplotlib==3.11.2
 MODULE ?= $(CURDIR)/target/release/libtb.so
 REDIS_SERVER_SYS ?= $(shell command -v redis-server 2>/dev/null || echo /usr/bin/redis-server)
 
-.PHONY: bench bench-topkeys bench-hotkeys bench-smoke bench-deps bench-venv
+.PHONY: bench bench-topkeys bench-hotkeys bench-leases bench-smoke bench-deps bench-venv
 
 EXTRA_TESTS += bench-smoke
 
@@ -45,11 +48,16 @@ bench-venv:
 	@$(CURDIR)/mk/venv.sh $(BENCH_VENV)
 	@$(BENCH_PY) -m pip install --quiet --disable-pip-version-check $(BENCH_PIP)
 
-bench: build redis8 bench-deps bench-venv python-venv ## the benchmark suite (about 7 min): BENCHMARKS.md and friends
+bench: build redis8 test-deps bench-deps bench-venv python-venv ## the benchmark suite (about 7 min): BENCHMARKS.md and friends
 	$(BENCH_PY) bench/bench.py --module $(MODULE) --server $(REDIS_SERVER_SYS) \
 	  --server8 "$(REDIS8_SERVER)"
 	$(BENCH_PY) bench/topkeys.py --module $(MODULE) --server $(REDIS_SERVER_SYS)
 	$(PY) bench/hotkeys.py --module $(MODULE) --server $(REDIS_SERVER_SYS)
+	$(BENCH_PY) bench/leases.py --module $(MODULE) --servers $(TEST_SERVERS)
+	$(BENCH_PY) bench/report.py
+
+bench-leases: build redis8 test-deps bench-deps bench-venv
+	$(BENCH_PY) bench/leases.py --module $(MODULE) --servers $(TEST_SERVERS)
 	$(BENCH_PY) bench/report.py
 
 # Through the Python client: its venv (mk/python.mk) has redis-py and tb_limiter.

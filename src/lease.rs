@@ -77,6 +77,13 @@ pub struct Leases {
     /// What the command running now changed ([`Leases::delta`]); not part
     /// of the state.
     journal: Delta,
+    /// The leases this command's [`Leases::expire`] dropped, kept until
+    /// the change is written ([`Leases::clear_journal`]) or undone
+    /// ([`Leases::undo_expiry`]).
+    expired: Vec<Lease>,
+    /// Nano-tokens the held leases give back at expiry (kept up to date,
+    /// so the key's expiry costs no walk over them).
+    back_nanos: i128,
 }
 
 /// Two sets of leases are equal when they hold the same leases, whatever
@@ -135,8 +142,10 @@ impl Leases {
     /// Leases holding `held` (in expiry order), with an empty journal.
     pub fn new(held: Vec<Lease>) -> Leases {
         Leases {
+            back_nanos: held.iter().map(Lease::back_at_expiry).sum(),
             held,
             journal: Delta::default(),
+            expired: Vec::new(),
         }
     }
 
@@ -156,6 +165,20 @@ impl Leases {
 
     /// Forgets the journal (the changes are written).
     pub fn clear_journal(&mut self) {
+        self.journal = Delta::default();
+        self.expired.clear();
+    }
+
+    /// Puts back the leases this command's [`Leases::expire`] dropped (the
+    /// command wrote nothing, so the stored state keeps them: it reads the
+    /// same) and forgets the journal. Only for a command that granted and
+    /// released nothing.
+    pub fn undo_expiry(&mut self) {
+        debug_assert!(self.journal.granted.is_empty() && self.journal.released.is_empty());
+        if !self.expired.is_empty() {
+            self.back_nanos += self.expired.iter().map(Lease::back_at_expiry).sum::<i128>();
+            self.held.splice(0..0, self.expired.drain(..));
+        }
         self.journal = Delta::default();
     }
 
@@ -180,6 +203,7 @@ impl Leases {
         for g in &d.granted {
             self.insert(*g);
         }
+        self.back_nanos = self.held.iter().map(Lease::back_at_expiry).sum();
         true
     }
 
@@ -189,6 +213,7 @@ impl Leases {
             .held
             .partition_point(|l| l.expires_us <= lease.expires_us);
         self.held.insert(at, lease);
+        self.back_nanos += lease.back_at_expiry();
     }
 
     /// True when the fields satisfy the invariants (used to reject corrupt
@@ -213,7 +238,7 @@ impl Leases {
 
     /// Tokens the held leases give back at their expiry, in nano-tokens.
     pub fn held_nanos(&self) -> i128 {
-        self.held.iter().map(Lease::back_at_expiry).sum()
+        self.back_nanos
     }
 
     /// The earliest expiry among the held leases, in µs.
@@ -231,7 +256,8 @@ impl Leases {
             return false;
         }
         let back: i128 = self.held[..due].iter().map(Lease::back_at_expiry).sum();
-        self.held.drain(..due);
+        self.expired.extend(self.held.drain(..due));
+        self.back_nanos -= back;
         self.journal.expired_through = Some(now_us);
         if back > 0 {
             give_back(b, back, now_us);
@@ -335,6 +361,7 @@ pub fn release(
 ) -> Option<Released> {
     let at = leases.held.iter().position(|l| l.id == id)?;
     let lease = leases.held.remove(at);
+    leases.back_nanos -= lease.back_at_expiry();
     leases.journal.released.push(id);
     let nominal = lease.n as i128 - used.map_or(0, i128::from);
     b.settle(now_us);

@@ -60,6 +60,9 @@ pub fn tb_type() -> *mut raw::RedisModuleType {
 
 /// First word of the wide form (bit 0 set; the packed form has it clear).
 const WIDE: u64 = 1;
+/// Bit of the wide form's first word set while an open key holds its
+/// leases ([`take_leases`]).
+const LENT: u64 = 2;
 
 /// The wide form of a value: 64 bytes, the leases' pointer in what would
 /// be the padding before the 16-byte-aligned bucket, so a wide bucket that
@@ -135,7 +138,7 @@ pub unsafe fn read_value(v: Value) -> Bucket {
     }
 }
 
-/// The leases in `v` (blank for the packed form).
+/// The leases in `v` (blank for the packed form), a copy.
 ///
 /// # Safety
 /// `v` was made by [`new_value`] and is live.
@@ -143,6 +146,10 @@ pub unsafe fn read_leases(v: Value) -> Leases {
     // SAFETY: the tag says which form `v` points to.
     unsafe {
         if is_wide(v) {
+            assert!(
+                (*v.cast::<Wide>()).tag & LENT == 0,
+                "a bucket's leases read while an open key holds them"
+            );
             (*v.cast::<Wide>())
                 .leases
                 .as_deref()
@@ -154,30 +161,79 @@ pub unsafe fn read_leases(v: Value) -> Leases {
     }
 }
 
-/// Writes `b` and `leases` into `v` when `v`'s form is the one they take;
-/// false if the form changes (the caller then replaces the value with
-/// [`new_value`]).
+/// Moves the leases out of `v` (O(1): the list is not copied) for an open
+/// key to change, marking `v` until [`return_leases`] gives them back; a
+/// copy read meanwhile would be wrong, so it panics instead.
 ///
 /// # Safety
 /// `v` was made by [`new_value`], is live, and nothing else refers to it.
+pub unsafe fn take_leases(v: Value) -> Leases {
+    // SAFETY: the tag says which form `v` points to; it is not shared.
+    unsafe {
+        if !is_wide(v) {
+            return Leases::default();
+        }
+        let w = &mut *v.cast::<Wide>();
+        assert!(w.tag & LENT == 0, "a bucket's leases taken twice");
+        w.tag |= LENT;
+        w.leases
+            .as_deref_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+}
+
+/// Gives `leases` to `v`, the value an open key's leases belong to now
+/// (taken by [`take_leases`] from it, or from the value it replaced);
+/// reuses the list's box when there is one.
+///
+/// # Safety
+/// `v` was made by [`new_value`] or [`new_shell`], is live, nothing else
+/// refers to it, and its form is the one `leases` take (see [`packs`]).
+pub unsafe fn return_leases(v: Value, leases: Leases) {
+    // SAFETY: the tag says which form `v` points to; it is not shared.
+    unsafe {
+        if !is_wide(v) {
+            debug_assert!(leases.is_blank(), "the packed form holds no lease");
+            return;
+        }
+        let w = &mut *v.cast::<Wide>();
+        w.tag &= !LENT;
+        match (&mut w.leases, leases.is_blank()) {
+            (_, true) => w.leases = None,
+            (Some(held), false) => **held = leases,
+            (None, false) => w.leases = Some(Box::new(leases)),
+        }
+    }
+}
+
+/// A new value for `b` in the form `b` with `leases` takes, without the
+/// leases: an open key gives them with [`return_leases`].
+pub fn new_shell(b: &Bucket, leases: &Leases) -> Value {
+    match packs(b, leases) {
+        Some(words) => Box::into_raw(Box::new(words)).cast(),
+        None => Box::into_raw(Box::new(Wide {
+            tag: WIDE | LENT,
+            bucket: *b,
+            leases: None,
+        }))
+        .cast(),
+    }
+}
+
+/// Writes `b` into `v` when `v`'s form is the one `b` with `leases` takes;
+/// false if the form changes (the caller then replaces the value with
+/// [`new_shell`]). The leases themselves are given by [`return_leases`].
+///
+/// # Safety
+/// `v` was made by [`new_value`] or [`new_shell`], is live, and nothing
+/// else refers to it.
 pub unsafe fn write_value(v: Value, b: &Bucket, leases: &Leases) -> bool {
     // SAFETY: the tag says which form `v` points to; it is not shared.
     unsafe {
         match (is_wide(v), packs(b, leases)) {
             (false, Some(words)) => *v.cast::<[u64; packed::WORDS]>() = words,
-            (true, None) => {
-                let w = &mut *v.cast::<Wide>();
-                w.bucket = *b;
-                match (&mut w.leases, leases.is_blank()) {
-                    (_, true) => w.leases = None,
-                    (Some(held), false) => {
-                        if **held != *leases {
-                            (**held).clone_from(leases);
-                        }
-                    }
-                    (None, false) => w.leases = boxed(leases),
-                }
-            }
+            (true, None) => (*v.cast::<Wide>()).bucket = *b,
             _ => return false,
         }
     }

@@ -43,9 +43,17 @@ pub struct BucketKey<'c, M> {
     /// The stored value found when the key was opened (null if none), so
     /// that [`BucketKey::put`] writes it in place without asking Redis again.
     value: Cell<*mut c_void>,
-    /// The stored bucket's leases, as the command changes them; written
-    /// with the bucket by [`BucketKey::commit`].
+    /// The stored bucket's leases, as the command changes them. A key
+    /// opened for writing moves them out of the value (no copy, whatever
+    /// their number) and gives them back when it is dropped: as the
+    /// command left them once it wrote ([`BucketKey::commit`]), else as it
+    /// found them. So a bucket has one key open for writing at a time (a
+    /// second open of it panics rather than read no leases).
     leases: RefCell<Leases>,
+    /// Opened for writing: the leases are the value's own, moved out.
+    write: bool,
+    /// The command wrote the key: its leases are the state to give back.
+    written: Cell<bool>,
     _mode: PhantomData<M>,
 }
 
@@ -143,6 +151,8 @@ impl<'c, M> BucketKey<'c, M> {
             stored: None,
             value: Cell::new(std::ptr::null_mut()),
             leases: RefCell::new(Leases::default()),
+            write: mode & raw::KeyMode::WRITE.bits() != 0,
+            written: Cell::new(false),
             _mode: PhantomData,
         };
         k.stored = k.get()?;
@@ -181,9 +191,16 @@ impl<'c, M> BucketKey<'c, M> {
     fn get(&self) -> Result<Option<Bucket>, CmdError> {
         let found = self.value_ptr()?;
         self.value.set(found.unwrap_or(std::ptr::null_mut()));
-        // SAFETY: a non-null value of our type is a live value of datatype.rs.
-        *self.leases.borrow_mut() =
-            found.map_or_else(Leases::default, |p| unsafe { datatype::read_leases(p) });
+        // SAFETY: a non-null value of our type is a live value of
+        // datatype.rs, which this open key alone refers to while open; the
+        // leases taken are given back in Drop.
+        *self.leases.borrow_mut() = found.map_or_else(Leases::default, |p| unsafe {
+            if self.write {
+                datatype::take_leases(p)
+            } else {
+                datatype::read_leases(p)
+            }
+        });
         // SAFETY: as above.
         Ok(found.map(|p| unsafe { datatype::read_value(p) }))
     }
@@ -213,6 +230,7 @@ impl<'c> BucketKey<'c, Write> {
     /// full is deleted instead (a missing key reads as a full bucket).
     pub fn commit(&self, b: &Bucket) {
         self.ctx.mark_effects();
+        self.written.set(true);
         let at = expire_at_ms(b, &self.leases.borrow());
         let deleted = match at {
             None => {
@@ -258,6 +276,7 @@ impl<'c> BucketKey<'c, Write> {
     /// deterministic.
     pub fn set_state(&self, b: &Bucket, leases: Leases, at_ms: i64) {
         self.ctx.mark_effects();
+        self.written.set(true);
         *self.leases.borrow_mut() = leases;
         self.put(b);
         self.set_expire_at(at_ms);
@@ -276,6 +295,7 @@ impl<'c> BucketKey<'c, Write> {
             return Err(parse::ERR_DELTA.into());
         }
         self.ctx.mark_effects();
+        self.written.set(true);
         self.put(b);
         self.set_expire_at(at_ms);
         self.signal_modified();
@@ -289,6 +309,7 @@ impl<'c> BucketKey<'c, Write> {
     /// none), and replicates the command as it came.
     pub fn delete_state(&self) {
         self.ctx.mark_effects();
+        self.written.set(true);
         if self.stored.is_some() {
             self.delete();
             self.signal_modified();
@@ -299,8 +320,9 @@ impl<'c> BucketKey<'c, Write> {
     }
 
     /// Stores `b`, in place when the key held a bucket whose value has the
-    /// form `b` takes (packed or wide), else as a new value that replaces
-    /// the old one (keeping the key's expiry).
+    /// form `b` takes with the key's leases (packed or wide), else as a new
+    /// value that replaces the old one (keeping the key's expiry). The
+    /// leases go to the value when the key is dropped.
     fn put(&self, b: &Bucket) {
         let existing = self.value.get();
         let leases = self.leases.borrow();
@@ -309,7 +331,7 @@ impl<'c> BucketKey<'c, Write> {
         if !existing.is_null() && unsafe { datatype::write_value(existing, b, &leases) } {
             return;
         }
-        let value = datatype::new_value(b, &leases);
+        let value = datatype::new_shell(b, &leases);
         // SAFETY: the key is open for writing and holds our type's `existing`
         // value, or nothing; Redis owns `value` from here on and frees it
         // through the type's free callback; the replaced value is ours to free.
@@ -420,6 +442,18 @@ impl<'c> BucketKey<'c, Write> {
 
 impl<M> Drop for BucketKey<'_, M> {
     fn drop(&mut self) {
+        if self.write {
+            let mut leases = std::mem::take(self.leases.get_mut());
+            if !self.written.get() {
+                leases.undo_expiry();
+            }
+            let value = self.value.get();
+            if !value.is_null() {
+                // SAFETY: the value is the one the leases were taken from,
+                // or the one `put` made for them, live under the open key.
+                unsafe { datatype::return_leases(value, leases) };
+            }
+        }
         // SAFETY: the key was opened in `open` and is closed exactly once
         // (RedisModule_CloseKey accepts NULL).
         unsafe { raw::RedisModule_CloseKey.unwrap()(self.key) };
