@@ -25,6 +25,8 @@
 //! `RESTORE` and key recreation alike. A retried release of an old id thus
 //! never releases somebody else's lease.
 
+use std::collections::VecDeque;
+
 use crate::bucket::{ceil_ms, Bucket, Expiry, Kind, Outcome, MAX_AMOUNT, MAX_EXPIRE_MS, NANOS};
 
 /// Most leases a bucket holds at once. Each takes 32 bytes in memory (id,
@@ -72,8 +74,9 @@ impl Lease {
 /// [`MAX_AMOUNT`].
 #[derive(Clone, Debug, Default)]
 pub struct Leases {
-    /// Leases held, by expiry.
-    pub held: Vec<Lease>,
+    /// Leases held, by expiry (a ring: the oldest go, or are released,
+    /// without moving the others).
+    pub held: VecDeque<Lease>,
     /// What the command running now changed ([`Leases::delta`]); not part
     /// of the state.
     journal: Delta,
@@ -143,10 +146,45 @@ impl Leases {
     pub fn new(held: Vec<Lease>) -> Leases {
         Leases {
             back_nanos: held.iter().map(Lease::back_at_expiry).sum(),
-            held,
+            held: held.into(),
             journal: Delta::default(),
             expired: Vec::new(),
         }
+    }
+
+    /// Bytes the leases take on the heap (their lists' capacity).
+    pub fn heap_bytes(&self) -> usize {
+        self.held.capacity() * std::mem::size_of::<Lease>()
+            + self.expired.capacity() * std::mem::size_of::<Lease>()
+    }
+
+    /// Whether a lease of id `id` is held.
+    fn holds(&self, id: u64) -> bool {
+        self.held.iter().any(|l| l.id == id)
+    }
+
+    /// Where lease `id` is in `held`: a scan of the ids (no index, which
+    /// would double the leases' memory: a scan of 1,024 costs about what a
+    /// call costs Redis besides, and a release usually finds the oldest
+    /// first).
+    fn position(&self, id: u64) -> Option<usize> {
+        self.held.iter().position(|l| l.id == id)
+    }
+
+    /// Removes the lease at `at` of `held` and returns it.
+    fn remove_at(&mut self, at: usize) -> Lease {
+        let lease = self.held.remove(at).expect("a position in held");
+        self.back_nanos -= lease.back_at_expiry();
+        lease
+    }
+
+    /// Drops the first `due` leases of `held` (those expired) into
+    /// `self.expired`, and returns the nano-tokens they give back.
+    fn drop_first(&mut self, due: usize) -> i128 {
+        let back: i128 = self.held.range(..due).map(Lease::back_at_expiry).sum();
+        self.expired.extend(self.held.drain(..due));
+        self.back_nanos -= back;
+        back
     }
 
     /// What changed since the journal was last cleared, with the number
@@ -175,9 +213,10 @@ impl Leases {
     /// released nothing.
     pub fn undo_expiry(&mut self) {
         debug_assert!(self.journal.granted.is_empty() && self.journal.released.is_empty());
-        if !self.expired.is_empty() {
-            self.back_nanos += self.expired.iter().map(Lease::back_at_expiry).sum::<i128>();
-            self.held.splice(0..0, self.expired.drain(..));
+        let expired = std::mem::take(&mut self.expired);
+        for l in expired.into_iter().rev() {
+            self.back_nanos += l.back_at_expiry();
+            self.held.push_front(l);
         }
         self.journal = Delta::default();
     }
@@ -190,20 +229,33 @@ impl Leases {
         let due = d
             .expired_through
             .map_or(0, |t| self.held.partition_point(|l| l.expires_us <= t));
-        let live = &self.held[due..];
-        let fits = d.released.iter().all(|id| live.iter().any(|l| l.id == *id))
-            && d.granted.iter().all(|g| live.iter().all(|l| l.id != g.id))
-            && live.len() + d.granted.len() == d.held_after + d.released.len()
+        let live = self.held.len() - due;
+        let expired_at = |id: &u64| self.held.range(..due).any(|l| l.id == *id);
+        let mut distinct = d.released.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let fits = distinct.len() == d.released.len()
+            && d.released
+                .iter()
+                .all(|id| self.holds(*id) && !expired_at(id))
+            && d.granted
+                .iter()
+                .all(|g| !self.holds(g.id) || expired_at(&g.id))
+            && live + d.granted.len() == d.held_after + d.released.len()
             && d.held_after <= MAX_LEASES;
         if !fits {
             return false;
         }
-        self.held.drain(..due);
-        self.held.retain(|l| !d.released.contains(&l.id));
+        self.drop_first(due);
+        for &id in &d.released {
+            if let Some(at) = self.position(id) {
+                self.remove_at(at);
+            }
+        }
         for g in &d.granted {
             self.insert(*g);
         }
-        self.back_nanos = self.held.iter().map(Lease::back_at_expiry).sum();
+        self.expired.clear();
         true
     }
 
@@ -222,8 +274,9 @@ impl Leases {
         if self.held.len() > MAX_LEASES
             || !self
                 .held
-                .windows(2)
-                .all(|w| w[0].expires_us <= w[1].expires_us)
+                .iter()
+                .zip(self.held.iter().skip(1))
+                .all(|(a, b)| a.expires_us <= b.expires_us)
             || !self
                 .held
                 .iter()
@@ -243,7 +296,7 @@ impl Leases {
 
     /// The earliest expiry among the held leases, in µs.
     pub fn next_expiry_us(&self) -> Option<i64> {
-        self.held.first().map(|l| l.expires_us)
+        self.held.front().map(|l| l.expires_us)
     }
 
     /// Handles every lease expired at `now_us`: returns the tokens of those
@@ -255,9 +308,7 @@ impl Leases {
         if due == 0 {
             return false;
         }
-        let back: i128 = self.held[..due].iter().map(Lease::back_at_expiry).sum();
-        self.expired.extend(self.held.drain(..due));
-        self.back_nanos -= back;
+        let back = self.drop_first(due);
         self.journal.expired_through = Some(now_us);
         if back > 0 {
             give_back(b, back, now_us);
@@ -279,7 +330,7 @@ impl Leases {
         }
         let id = loop {
             let id = draw() & MAX_ID;
-            if id != 0 && !self.held.iter().any(|l| l.id == id) {
+            if id != 0 && !self.holds(id) {
                 break id;
             }
         };
@@ -359,9 +410,8 @@ pub fn release(
     used: Option<u64>,
     now_us: i64,
 ) -> Option<Released> {
-    let at = leases.held.iter().position(|l| l.id == id)?;
-    let lease = leases.held.remove(at);
-    leases.back_nanos -= lease.back_at_expiry();
+    let at = leases.position(id)?;
+    let lease = leases.remove_at(at);
     leases.journal.released.push(id);
     let nominal = lease.n as i128 - used.map_or(0, i128::from);
     b.settle(now_us);
@@ -382,7 +432,7 @@ pub fn release(
 /// A missing key reads as a full bucket, so an earlier expiry would mint
 /// tokens. The leases are in expiry order, so the latest is the last.
 pub fn key_expiry(b: &Bucket, leases: &Leases) -> Expiry {
-    let Some(last) = leases.held.last() else {
+    let Some(last) = leases.held.back() else {
         return b.expiry();
     };
     let cap = b.cap_nanos();
@@ -620,6 +670,19 @@ mod tests {
         assert_eq!((d.released.len(), d.granted.len()), (1, 1));
         assert!(replica.apply(&d));
         assert_eq!(replica, master);
+        for l in [&master, &replica] {
+            let rebuilt = Leases::new(l.held.iter().copied().collect());
+            assert_eq!(l.back_nanos, rebuilt.back_nanos);
+        }
+        // A command that dropped expired leases but wrote nothing puts them
+        // back exactly.
+        let mut undone = master.clone();
+        undone.clear_journal();
+        let before = undone.clone();
+        assert!(undone.expire(&mut b, T0 + 3_000_000));
+        undone.undo_expiry();
+        assert_eq!(undone.held, before.held);
+        assert_eq!(undone.back_nanos, before.back_nanos);
         // Applied again (or to other leases), it does not fit: refused.
         let before = replica.clone();
         assert!(!replica.apply(&d));

@@ -352,10 +352,7 @@ extern "C" fn mem_usage(value: *const c_void) -> usize {
         // SAFETY: the tag says it is the wide form.
         let leases = unsafe { (*value.cast::<Wide>()).leases.as_deref() };
         std::mem::size_of::<Wide>()
-            + leases.map_or(0, |l| {
-                std::mem::size_of::<Leases>()
-                    + l.held.capacity() * std::mem::size_of::<crate::lease::Lease>()
-            })
+            + leases.map_or(0, |l| std::mem::size_of::<Leases>() + l.heap_bytes())
     } else {
         std::mem::size_of::<[u64; packed::WORDS]>()
     }
