@@ -146,3 +146,18 @@ module TbLimiter
     end
   end
 end
+
+module TbLimiter
+  module Rates
+    # The exact rate, in tokens per second, of a module rate argument
+    # ("10", "2.5e3", "100/m").
+    def self.per_second(arg)
+      seconds = 1
+      if arg.size >= 2 && arg[-2] == "/"
+        seconds = { "s" => 1, "m" => 60, "h" => 3600, "d" => 86_400 }.fetch(arg[-1].downcase)
+        arg = arg[0...-2]
+      end
+      BigDecimal(arg).to_r / seconds
+    end
+  end
+end
