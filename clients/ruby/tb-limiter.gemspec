@@ -14,5 +14,5 @@ Gem::Specification.new do |s|
   s.files = Dir["lib/**/*.rb"] + ["lib/tb_limiter/tb.lua", "README.md"]
   s.require_paths = ["lib"]
   s.required_ruby_version = ">= 3.0"
-  s.add_dependency "redis", ">= 4.2"
+  s.add_dependency "redis", ">= 4.2", "< 6"
 end
