@@ -54,10 +54,10 @@ module TestServers
   class Server
     attr_reader :port, :dir, :pid, :with_module
 
-    def initialize(with_module:, extra: [], env: {})
+    def initialize(with_module:, extra: [], env: {}, port: nil)
       @with_module = with_module
       @dir = Dir.mktmpdir("tb-rb-")
-      @port = TestServers.free_port
+      @port = port || TestServers.free_port
       args = [TestServers.redis_server_bin, "--port", port.to_s, "--bind", "127.0.0.1", "--dir", dir,
               "--save", "", "--appendonly", "no", "--logfile", "redis.log"]
       args += ["--loadmodule", TestServers.module_path] if with_module

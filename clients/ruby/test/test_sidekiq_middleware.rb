@@ -34,8 +34,10 @@ class PlainJob
 end
 
 class SidekiqMiddlewareTest < Minitest::Test
+  def self.with_module = true
+
   def self.run(reporter, options = {})
-    @server = TestServers::Server.new(with_module: true)
+    @server = TestServers::Server.new(with_module: with_module)
     Sidekiq.configure_client { |c| c.redis = { url: @server.url } }
     super
   ensure
@@ -155,5 +157,15 @@ class SidekiqMiddlewareTest < Minitest::Test
     assert_raises(TbLimiter::NotSent) { @mw.call(w, c, "default") { raise TbLimiter::NotSent, "refused" } }
     left = { "rpm" => 5, "tpm" => 1000, "inflight" => 1 }.map { |p, cap| tokens(@lim.bucket("mw:llm:{c}:#{p}", rate: 0, capacity: cap)) }
     assert_equal [5, 1000, 1], left, "not sent: everything given back"
+  end
+end
+
+# The same on a server without the module: the Lua fallback.
+class SidekiqMiddlewareLuaTest < SidekiqMiddlewareTest
+  def self.with_module = false
+
+  def test_the_fallback_answers
+    run_job(LimitedJob, job(LimitedJob, "x"))
+    assert_equal :lua, @lim.backend
   end
 end
