@@ -58,7 +58,7 @@ module TestServers
       @with_module = with_module
       @dir = Dir.mktmpdir("tb-rb-")
       @port = port || TestServers.free_port
-      args = [TestServers.redis_server_bin, "--port", port.to_s, "--bind", "127.0.0.1", "--dir", dir,
+      args = [TestServers.redis_server_bin, "--port", @port.to_s, "--bind", "127.0.0.1", "--dir", dir,
               "--save", "", "--appendonly", "no", "--logfile", "redis.log"]
       args += ["--loadmodule", TestServers.module_path] if with_module
       args += extra
