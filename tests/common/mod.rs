@@ -12,6 +12,7 @@
 
 #![allow(dead_code)]
 
+pub mod clock;
 pub mod cluster;
 pub mod rng;
 pub mod vocab;
