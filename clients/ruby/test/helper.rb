@@ -4,7 +4,8 @@
 # real redis-server processes on free loopback ports (a start-up deadline,
 # stopped by pid), as clients/python/tests/tbserver.py does. Environment:
 # REDIS_SERVER (default redis-server on PATH), TB_MODULE (default
-# target/release/libtb.so at the repository root).
+# target/release/libtb.so at the repository root). TB_RUBY_FROM_SOURCE=1
+# with `ruby -I../lib` runs a test on the checkout's lib/ while editing.
 
 require "minitest/autorun"
 require "socket"

@@ -95,7 +95,8 @@ module BackendTests
 
   def test_block_waits_on_the_server_or_reserves_on_the_fallback
     b = @lim.bucket("bl", rate: 10, capacity: 1)
-    b.consume
+    assert b.block(1, timeout: 1).allowed?
+    assert_equal expected_backend, @lim.backend, "decided by a first call that is a block"
     t = Time.now
     assert b.block(1, timeout: 2).allowed?
     assert_in_delta 0.1, Time.now - t, 0.08

@@ -56,6 +56,7 @@ module TbLimiter
       reply, = limiter.with_wait(ms) do |m|
         limiter.raw_blocking(m / 1000.0, *Calls.consume(self, n, block: m).module_args)
       end
+      limiter.proved(:module)
       r = Result.from_reply(reply)
       if r.allowed?
         # The server's tb.max-blocked was reached: it answered as RESERVE.

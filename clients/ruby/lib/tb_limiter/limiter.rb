@@ -129,6 +129,11 @@ module TbLimiter
 
     # -- internals shared by Bucket, BucketGroup and Lease -----------------
 
+    # @private A reply came from `backend` (a call made outside #execute).
+    def proved(backend)
+      @backend ||= backend
+    end
+
     # @private The longest wait to reach for (ms): the caller's, within
     # the server's known limit.
     def reach_ms(ms)
