@@ -184,6 +184,34 @@ module BackendTests
     pool&.shutdown(&:close)
   end
 
+  # RedisClient's interface (call, blocking_call) as the limiter uses it:
+  # the redis-client gem is not in Debian, so a stand-in records the calls.
+  class RedisClientStandIn
+    attr_reader :blocking
+
+    def initialize(redis)
+      @redis = redis
+      @blocking = []
+    end
+
+    def call(*args) = @redis.call(*args)
+
+    def blocking_call(timeout, *args)
+      @blocking << timeout
+      @redis.call(*args)
+    end
+  end
+
+  def test_a_redis_client_is_called_as_redis_client_is
+    client = RedisClientStandIn.new(@redis)
+    lim = TbLimiter::Limiter.new(client)
+    b = lim.bucket("rc", rate: 10, capacity: 1)
+    assert b.consume.allowed?
+    assert b.block(1, timeout: 1).allowed?
+    assert_equal(expected_backend == :module ? 1 : 0, client.blocking.size, "a server-side wait is a blocking_call")
+    assert_operator client.blocking.first, :>, 1, "its timeout covers the wait" if expected_backend == :module
+  end
+
   def test_server_errors_come_through
     e = assert_raises(Redis::CommandError) { @lim.execute(TbLimiter::Protocol::Call.new("TB.CONSUME", ["x"], %w[abc 1 1])) }
     assert_match(/rate must be a non-negative decimal/, e.message)
