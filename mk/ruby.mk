@@ -40,7 +40,7 @@ ruby-gem: ruby-deps lua-check ## build the tb-limiter gem and install it into ta
 	cd $(RUBY_DIR) && gem build tb-limiter.gemspec -o $(RUBY_GEM_HOME)/tb-limiter.gem
 	GEM_HOME=$(RUBY_GEM_HOME) gem install --local --no-document $(RUBY_GEM_HOME)/tb-limiter.gem
 
-test-ruby: build ruby-gem ## the Ruby client and Sidekiq suite on every test server
+test-ruby: build redis8 ruby-gem ## the Ruby client and Sidekiq suite on every test server
 	@for server in $(TEST_SERVERS); do \
 	  echo; \
 	  echo "== Ruby client and Sidekiq fleet, module and Lua fallback, on $$($$server --version | cut -d' ' -f1-3)"; \
