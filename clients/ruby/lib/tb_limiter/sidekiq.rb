@@ -69,8 +69,18 @@ module TbLimiter
       def lead
         return @lead if @lead
 
-        avg = ::Sidekiq.options[:poll_interval_average]
+        avg = setting(:poll_interval_average)
         avg ? 1.5 * avg + 0.1 : 1.6
+      end
+
+      # A Sidekiq setting: Sidekiq.options up to 6.x, the default
+      # configuration from 7.
+      def setting(name)
+        if ::Sidekiq.respond_to?(:default_configuration)
+          ::Sidekiq.default_configuration[name]
+        else
+          ::Sidekiq.options[name]
+        end
       end
 
       # Per-queue defaults: every job of `queue` whose class sets no limit
