@@ -162,7 +162,12 @@ class SidekiqFleetTest < Minitest::Test
           assert_operator worst, :<=, bound, "account #{acct}: #{worst} calls within #{t} s"
         end
       end
+      reserved = api.calls.select { |_, k, _, _| k == "call" }.map(&:first)
+      puts format("  reserved: calls over %.2f s (the limit allows %.2f s at the least)",
+                  reserved.max - reserved.min, (JOBS.values.max - CAPACITY).fdiv(RATE))
       leased = api.calls.select { |_, k, _, _| k == "llm" }.map(&:first)
+      puts format("  leased: calls over %.2f s (RPM allows %.2f s at the least)",
+                  leased.max - leased.min, (LEASED_JOBS - RPM_CAPACITY).fdiv(RPM_RATE))
       assert_equal LEASED_JOBS, leased.size
       WINDOWS.each do |t|
         worst = worst_window(leased, t)

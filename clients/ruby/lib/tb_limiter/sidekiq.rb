@@ -50,7 +50,7 @@ module TbLimiter
     TURN = "tb_turn"
     HOPS = "tb_reschedules"
     # Longest pause between two tries of a denied lease.
-    LEASE_BACKOFF = [0.1, 2.0].freeze
+    LEASE_BACKOFF = [0.1, 1.0].freeze
 
     class << self
       # The Limiter the middleware uses (default: one on Sidekiq's own
