@@ -142,9 +142,38 @@ class AgreementTest < Minitest::Test
     expected.nil? ? assert_nil(actual, message) : assert_equal(expected, actual, message)
   end
 
-  def test_replies_agree
-    ids = [{}, {}]
-    STEPS.each do |delta, save, step|
+  def test_replies_agree = agree(STEPS)
+
+  # A seeded random timeline of every operation on a few buckets (the seed
+  # is printed by a failure, and TB_AGREEMENT_SEED replays one).
+  def test_a_random_timeline_agrees
+    seed = Integer(ENV.fetch("TB_AGREEMENT_SEED", rand(2**32)))
+    rng = Random.new(seed)
+    buckets = [%w[{x}a 10 5], %w[{x}b 100/m 60], %w[{x}c 0 3], %w[{x}d 0.5 2]]
+    steps = Array.new(300) do |i|
+      key, rate, cap = buckets[rng.rand(buckets.size)]
+      n = rng.rand(0..cap.to_i + 1).to_s
+      delta = [0, 0, 1000, 37_000, 250_000, 2 * SEC][rng.rand(6)]
+      step = case rng.rand(9)
+             when 0, 1 then ["TB.CONSUME", key, rate, cap, n]
+             when 2 then ["TB.CONSUME", key, rate, cap, n, "RESERVE", [0, 500, 5000, 60_000][rng.rand(4)].to_s]
+             when 3 then ["TB.CONSUME", key, rate, cap, n, "ATMOST"]
+             when 4 then ["TB.REFUND", key, rng.rand(0..3).to_s]
+             when 5 then ["TB.CONSUME", key, rate, cap, [n, "1"].max, "LEASE", [1, 300, 5000][rng.rand(3)].to_s]
+             when 6 then ["TB.RELEASE", key, "$l", *(rng.rand(2).zero? ? [] : ["USED", rng.rand(0..4).to_s])]
+             when 7
+               k2, r2, c2 = buckets[(buckets.index { _1[0] == key } + 1) % buckets.size]
+               ["TB.MCONSUME", "2", key, k2, rate, cap, n, r2, c2, "1", *(rng.rand(2).zero? ? [] : %w[RESERVE 10000])]
+             else ["TB.INFO", key]
+             end
+      [delta, step.include?("LEASE") ? "l" : nil, step]
+    end
+    agree(steps, "seed #{seed}")
+  end
+
+  def agree(steps, context = "")
+    ids = [{ "l" => 0 }, { "l" => 0 }]
+    steps.each do |delta, save, step|
       @now += delta
       self.class.clock.freeze(@now)
       replies = @lims.each_with_index.map do |lim, i|
@@ -154,8 +183,8 @@ class AgreementTest < Minitest::Test
         pos = lease_positions(step, r)
         r.is_a?(Array) ? r.each_with_index.map { |x, j| pos.include?(j) ? (x.to_i.positive? ? "id" : 0) : x } : r
       end
-      same masked[0], masked[1], "#{step.join(' ')}: module #{replies[0].inspect}, lua #{replies[1].inspect}"
-      if save
+      same masked[0], masked[1], "#{context} #{step.join(' ')}: module #{replies[0].inspect}, lua #{replies[1].inspect}"
+      if save && replies[0].is_a?(Array) && replies[0][0] == 1
         replies.each_with_index { |r, i| ids[i][save] = r[lease_positions(step, r).find { |j| r[j].to_i.positive? }] }
       end
       keys = step[0] == "TB.MCONSUME" ? step[2, step[1].to_i] : [step[1]]
