@@ -6,7 +6,7 @@ module TbLimiter
   # (0 for a part taken, not leased); set `used[part]` (or `used =` for a
   # single bucket) to settle an estimate to what the call really used.
   #
-  # Exactly one of #finish, #fail and #give_back takes effect; later calls
+  # Exactly one of #finish, #failed and #give_back takes effect; later calls
   # do nothing.
   class Lease
     attr_reader :parts, :ids, :result, :used
@@ -42,7 +42,7 @@ module TbLimiter
     # stays charged (settled at `used[part]` if set, else at the estimate);
     # an in-flight slot stays held until its TTL, since the call may still
     # be running.
-    def fail(quiet: false)
+    def failed(quiet: false)
       settle_each(quiet) { |j, b, n| @limiter.estimate_part?(b) ? [true, used[j] || n] : [false, nil] }
     end
 
@@ -78,7 +78,7 @@ module TbLimiter
       begin
         value = yield self
       rescue Exception => e # rubocop:disable Lint/RescueException -- settled, then re-raised
-        not_sent?(e) ? give_back(quiet: true) : self.fail(quiet: true)
+        not_sent?(e) ? give_back(quiet: true) : failed(quiet: true)
         raise
       end
       finish

@@ -80,7 +80,7 @@ module TbLimiter
     # and slots stay held until their TTL (the call may still be running),
     # unless the exception is a NotSent (or has one as its cause), or one of
     # the `not_sent` classes: then everything is given back. Without a
-    # block, returns the Lease (call finish, fail or give_back).
+    # block, returns the Lease (call finish, failed or give_back).
     def lease_many(parts, ttl:, timeout: nil, not_sent: [], &block)
       parts = parts.to_a
       ttl_ms = ttl.to_h { |j, t| [Integer(j), Protocol.lease_ttl_ms(t)] }
