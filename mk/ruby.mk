@@ -3,7 +3,7 @@
 # GEM_HOME, as a user would install it, and the minitest suite runs against
 # the installed gem on every server of TEST_SERVERS: client tests on the
 # module and the Lua fallback, the agreement of the two reply for reply, and
-# the Sidekiq fleet (three worker processes, a fake API).
+# the Sidekiq fleet (three worker processes, a fake API) on both.
 #
 #   make ruby-deps    Debian's ruby, redis-rb, Sidekiq (apt-get when root)
 #   make test-ruby    the whole Ruby suite

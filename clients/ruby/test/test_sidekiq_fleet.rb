@@ -97,8 +97,12 @@ class SidekiqFleetTest < Minitest::Test
     best
   end
 
-  def test_a_fleet_keeps_the_limits_and_runs_every_job_once
-    server = TestServers::Server.new(with_module: true)
+  def test_a_fleet_keeps_the_limits_and_runs_every_job_once = fleet(with_module: true)
+
+  def test_a_fleet_on_the_lua_fallback_too = fleet(with_module: false)
+
+  def fleet(with_module:)
+    server = TestServers::Server.new(with_module: with_module)
     api = FleetApi.new(hold: HOLD, used: USED)
     redis = server.client
     env = {
@@ -149,7 +153,8 @@ class SidekiqFleetTest < Minitest::Test
       assert_equal 0, stats.failed, "failed jobs"
 
       puts
-      puts "Sidekiq fleet on #{TestServers.version}: #{PROCESSES} processes x #{THREADS} threads, " \
+      puts "Sidekiq fleet on #{TestServers.version}, #{with_module ? 'the module' : 'the Lua fallback'}: " \
+           "#{PROCESSES} processes x #{THREADS} threads, " \
            "#{jids.size} jobs in #{elapsed.round(1)} s"
       JOBS.each do |acct, n|
         times = api.calls.select { |_, k, a, _| k == "call" && a == acct }.map(&:first)
