@@ -70,7 +70,15 @@ module TbLimiter
         return @lead if @lead
 
         avg = setting(:poll_interval_average)
-        avg ? 1.5 * avg + 0.1 : 1.6
+        return 1.5 * avg + 0.1 if avg
+
+        unless @warned
+          @warned = true
+          ::Sidekiq.logger.warn("tb_limiter: poll_interval_average is not set; Sidekiq's scheduler then polls " \
+                                "about every 5 s per process and brings re-scheduled jobs back after their turn " \
+                                "(they take a new one). Set it (e.g. to 1), or TbLimiter::Sidekiq.lead.")
+        end
+        1.6
       end
 
       # A Sidekiq setting: Sidekiq.options up to 6.x, the default
