@@ -456,8 +456,7 @@ def leases_targets(x):
 def leases_section(x):
     """BENCHMARKS.md section from bench/results-leases.json."""
     m = x["machine"]
-    out = ["## What a write costs against the leases held (issue 18)
-"]
+    out = ["## What a write costs against the leases held (issue 18)\n"]
     out.append("`bench/leases.py` (part of `make bench`; `make bench-leases` runs it alone) on "
                "%s, module commit %s. One bucket per count of leases held (each lease one "
                "token for an hour). **take**: a plain granted `TB.CONSUME`; **churn**: one "
@@ -465,8 +464,7 @@ def leases_section(x):
                "call. *Bytes*: the master's `master_repl_offset` over %d calls with a replica "
                "attached (the AOF gets the same commands). *Instructions*: everything the "
                "server executes per call, counted by valgrind's callgrind (%s takes through "
-               "`redis-benchmark`, %s churn calls one at a time), without a replica.
-" % (
+               "`redis-benchmark`, %s churn calls one at a time), without a replica.\n" % (
                    m["date_utc"], m["module_commit"], x["params"]["calls"],
                    "{:,}".format(x["params"]["callgrind_requests"]),
                    "{:,}".format(2 * (x["params"]["callgrind_requests"] // 20))))

@@ -2,8 +2,10 @@
 //! round-trips exactly through the wire form (TB.SETSTATE, AOF) and RDB
 //! version 2; arbitrary bytes after tag 3 either decode to valid leases
 //! that encode back to exactly them, or are refused (after the older tag 2,
-//! to valid leases or nothing); and any sequence of grants (random ids,
-//! with or without KEEP), expiries and releases keeps the invariants:
+//! to valid leases or nothing), and likewise after tag 4 (a change); and
+//! any sequence of grants (random ids, with or without KEEP), expiries and
+//! releases keeps the invariants, and each step's change, through its wire
+//! form, brings a replica to exactly the same leases:
 //! leases valid, tokens never above capacity, a lease released at most
 //! once, no panic.
 
@@ -70,6 +72,8 @@ fuzz_target!(|input: Input| {
             let _ = lease::key_expiry(&b, &leases);
         }
         let (mut b, mut l, mut now) = (b, Leases::default(), b.updated_us);
+        // What a replica holds: every step's change applied to it.
+        let mut replica = Leases::default();
         let mut released = Vec::new();
         for op in input.ops.iter().take(64) {
             match *op {
@@ -116,6 +120,15 @@ fuzz_target!(|input: Input| {
             }
             assert!(l.is_valid(), "{l:?}");
             assert!(b.tokens <= b.cap_nanos(), "{b:?}");
+            // The change replicated goes through its wire form and brings
+            // the replica to exactly the same leases.
+            let mut buf = Vec::new();
+            wire::encode_delta(&b, &l.delta(), 0, &mut buf);
+            let (_, d, _) = wire::decode_delta(&buf).expect("a change decodes");
+            assert_eq!(d, l.delta());
+            assert!(replica.apply(&d), "{d:?} does not fit {replica:?}");
+            assert_eq!(replica, l);
+            l.clear_journal();
             let _ = lease::key_expiry(&b, &l);
             let _ = l.micros_until(&b, b.cap_nanos(), now);
         }
@@ -131,5 +144,11 @@ fuzz_target!(|input: Input| {
     bytes[0] = wire::TAG_LEASES_V2;
     if let Some((b, l, _)) = wire::decode_state(&bytes) {
         assert!(b.is_valid() && l.is_valid());
+    }
+    bytes[0] = wire::TAG_DELTA;
+    if let Some((b, d, at)) = wire::decode_delta(&bytes) {
+        let mut buf = Vec::new();
+        wire::encode_delta(&b, &d, at, &mut buf);
+        assert_eq!(buf, bytes, "decoding a change is canonical");
     }
 });

@@ -39,11 +39,12 @@ fuzz_target!(|data: &[u8]| {
             if let Ok(c) = parse::consume_args(a) {
                 assert!(a.len() >= 4 && c.limits.capacity <= MAX_AMOUNT);
                 assert!(c.options.min.is_none_or(|m| m >= 1 && m <= c.limits.capacity));
-                let (ttl, rest) = parse::split_lease(&a[4..]).expect("LEASE was valid");
-                assert_eq!(ttl, c.lease_ttl_ms, "{a:?}");
+                let (lease, rest) = parse::split_lease(&a[4..]).expect("LEASE was valid");
+                assert_eq!(lease.map(|(ttl, _)| ttl), c.lease_ttl_ms, "{a:?}");
+                assert_eq!(lease.is_some_and(|(_, keep)| keep), c.lease_keep, "{a:?}");
                 let opts = parse::consume_options(rest.into_iter());
                 assert_eq!(opts, Ok(c.options), "{a:?}");
-                if let Some(ttl) = ttl {
+                if let Some((ttl, _)) = lease {
                     assert!((1..=MAX_TTL_MS).contains(&ttl) && c.options.n >= 1, "{a:?}");
                     assert!(!c.options.atmost && c.options.wait == parse::Wait::No, "{a:?}");
                 }
@@ -54,12 +55,18 @@ fuzz_target!(|data: &[u8]| {
                 let k = m.requests.len();
                 assert!(k >= 1 && k as u64 <= MAX_KEYS, "{a:?}");
                 let leased = m.leases.iter().flatten().count();
+                // KEEP follows a part's LEASE, one more argument.
+                let kept = m.keep.iter().filter(|&&k| k).count();
+                assert!(
+                    m.keep.iter().zip(&m.leases).all(|(k, l)| !k || l.is_some()),
+                    "{a:?}"
+                );
                 for (l, r) in m.leases.iter().zip(&m.requests) {
                     assert!(l.is_none_or(|ttl| (1..=MAX_TTL_MS).contains(&ttl) && r.n >= 1));
                 }
                 assert!(leased == 0 || m.atmost.is_none(), "LEASE with ATMOST: {a:?}");
                 let reserve = if m.reserve_ms.is_some() { 2 } else { 0 };
-                let rest = a.len() - (2 + 4 * k) - reserve - 3 * leased;
+                let rest = a.len() - (2 + 4 * k) - reserve - 3 * leased - kept;
                 let extra = match (m.reserve_ms, m.atmost) {
                     (Some(_), Some(_)) => panic!("RESERVE with ATMOST: {a:?}"),
                     (_, Some(_)) => {
@@ -71,7 +78,11 @@ fuzz_target!(|data: &[u8]| {
                         0
                     }
                 };
-                assert_eq!(a.len(), 2 + 4 * k + reserve + 3 * leased + extra, "{a:?}");
+                assert_eq!(
+                    a.len(),
+                    2 + 4 * k + reserve + 3 * leased + kept + extra,
+                    "{a:?}"
+                );
                 if let (Some(c), 3) = (m.atmost, extra) {
                     let big = m.requests.iter().map(|r| r.n).max().unwrap_or(0);
                     assert!(c >= 1, "{a:?}");
@@ -113,6 +124,18 @@ fuzz_target!(|data: &[u8]| {
                 wire::encode_state(&bucket, leases, expire_at_ms, &mut buf);
                 let compact: [&[u8]; 3] = [b"CMD", a[1], &buf];
                 assert_eq!(parse::setstate_args(&compact[..]).as_ref(), Ok(s), "{a:?}");
+            }
+            Ok(
+                ref s @ SetStateArgs::Delta {
+                    bucket,
+                    ref delta,
+                    expire_at_ms,
+                },
+            ) => {
+                assert!(bucket.is_valid() && expire_at_ms >= 0, "{s:?}");
+                let mut buf = Vec::new();
+                wire::encode_delta(&bucket, delta, expire_at_ms, &mut buf);
+                assert_eq!(buf, a[2], "{a:?}");
             }
             Ok(SetStateArgs::Delete) => {
                 assert!(a.len() == 3 && a[2].eq_ignore_ascii_case(b"DEL"), "{a:?}")

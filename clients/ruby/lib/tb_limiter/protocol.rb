@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "digest/sha1"
+require "securerandom"
 
 module TbLimiter
   # How each operation is spelled as a command, the Lua fallback's source,
@@ -15,6 +16,8 @@ module TbLimiter
     # the one the Lua fallback always accepts.
     DEFAULT_MAX_WAIT_MS = 60_000
     MAX_WAIT = /wait exceeds tb\.max-wait-ms(?: \((\d+)\))?/.freeze
+    # Largest lease id (the module's and the Lua fallback's: 2^53 - 1).
+    LUA_MAX_LEASE_ID = 2**53 - 1
 
     # One command: its name, its keys and its other arguments, in the order
     # the module takes them.
@@ -27,9 +30,16 @@ module TbLimiter
       end
 
       # EVALSHA/EVAL arguments after the script (or its SHA): numkeys, the
-      # keys, then the command name and its arguments. The one place that
+      # keys, then the command name and its arguments; before them, for a
+      # call that may grant a lease, LEASE-SEED r: the script cannot draw
+      # secure randomness, so its lease ids come from r, a random integer
+      # from 1 to 2^53 - 1 drawn here (lua/tb.lua). The one place that
       # spells the script's calling convention.
       def script_args
+        if args.any? { |a| a.to_s.upcase == "LEASE" }
+          seed = SecureRandom.random_number(LUA_MAX_LEASE_ID) + 1
+          return [keys.size.to_s, *keys, "LEASE-SEED", seed.to_s, name, *args]
+        end
         [keys.size.to_s, *keys, name, *args]
       end
     end

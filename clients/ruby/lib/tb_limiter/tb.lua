@@ -9,15 +9,27 @@
 --   command TB.REFUND   : KEYS[1];        args: n
 --   command TB.RELEASE  : KEYS[1];        args: lease-id [USED n]
 --   command TB.INFO     : KEYS[1];        no args
--- (TB.CONSUME also takes LEASE ttl-ms, TB.MCONSUME LEASE part ttl-ms.)
+-- (TB.CONSUME also takes LEASE ttl-ms [KEEP], TB.MCONSUME LEASE part ttl-ms [KEEP].)
+--
+-- Lease ids: the module draws them from the server's CSPRNG, from 1 to
+-- 2^53 - 1 (src/lease.rs MAX_ID); a script cannot
+-- draw secure randomness, so the caller passes it in. A call that may grant
+-- a lease starts its arguments with LEASE-SEED r before the command:
+--   EVALSHA sha numkeys key [key ...] LEASE-SEED r command arg [arg ...]
+-- with r a random integer from 1 to 2^53 - 1 drawn by the client from a
+-- CSPRNG, the module's range. The leases of one call take
+-- the ids r, r + 1, ... in key order (wrapping within 1 .. 2^53 - 1),
+-- skipping any id the key holds. A lease granted without LEASE-SEED is an
+-- error (ERR_LEASE_SEED), so a caller that forgot it never gets a guessable id.
 --
 -- State: a hash per bucket with integer fields w (whole tokens, negative while
 -- reservations hold the bucket in debt), f (nano-tokens, 0 to 999999999),
 -- t (server time in microseconds at which w * 1e9 + f nano-tokens is the
 -- exact level), rn and rd (the rate as a reduced fraction rn/rd tokens per
 -- second) and c (capacity): exactly the module's state. A bucket that handed
--- out leases (src/lease.rs) also has li (the last lease id) and l (the
--- leases held: "id,n,expires_us" joined by ";", in the order of their ids). Like the module, a
+-- out leases (src/lease.rs) also has l (the leases held: "id,n,expires_us,keep"
+-- joined by ";", by expiry, keep 1 for KEEP; states written before KEEP
+-- have li, the last id, and "id,n,expires_us" by id, still read). Like the module, a
 -- write settles refill only up to the last instant at which it is a whole
 -- number of nano-tokens, so nothing is ever rounded away.
 --
@@ -55,6 +67,7 @@ local ERR_LEASE_MODE = 'ERR LEASE cannot be combined with RESERVE, BLOCK or ATMO
 local ERR_LEASE_N = 'ERR LEASE needs n of at least 1'
 local ERR_LEASE_FULL = 'ERR the bucket holds 1024 leases already: release some or wait for them to expire'
 local ERR_LEASE_ID = 'ERR lease-id must be an integer from 0 to 9007199254740992'
+local ERR_LEASE_SEED = 'ERR tb.lua: a lease needs LEASE-SEED r (a random integer from 1 to 2^53 - 1) before the command'
 local ERR_USED = 'ERR USED takes the tokens used, an integer from 0 to 9007199254740992'
 local ERR_RELEASE_OPTION = 'ERR unknown option: TB.RELEASE takes USED n'
 local ERR_LEASE_PART = 'ERR LEASE in TB.MCONSUME takes a part number from 1 to numkeys and a TTL'
@@ -569,22 +582,36 @@ local function copy(b)
 end
 
 ---------------------------------------------------------------------------
--- Leases (src/lease.rs): {li = last id, held = {{id, n, e}, ...}} with e the
--- expiry in microseconds; blank when li is 0 and none is held.
+-- Leases (src/lease.rs): {held = {{id, n, e, k}, ...}} by expiry (ties in
+-- grant order), e the expiry in microseconds, k true for KEEP; blank when
+-- none is held. had: the key stored leases when loaded (their fields must
+-- go when none is left).
 ---------------------------------------------------------------------------
 
-local function blank_leases() return { li = 0, held = {} } end
+local function blank_leases() return { held = {}, had = false } end
 
-local function is_blank(L) return L.li == 0 and #L.held == 0 end
+local function is_blank(L) return #L.held == 0 end
+
+-- The ids a call's leases take (see LEASE-SEED above): nil without a seed.
+local lease_seed = nil
+local MAX_LUA_ID = 9007199254740991 -- 2^53 - 1
 
 -- The leases stored under key (whose bucket load() read).
 local function load_leases(key)
   local v = redis.call('HMGET', key, 'li', 'l')
   local L = blank_leases()
-  if not v[1] then return L end
-  L.li = tonumber(v[1])
-  for id, n, e in string.gmatch(v[2] or '', '(%d+),(%d+),(%-?%d+)') do
-    L.held[#L.held + 1] = { id = tonumber(id), n = tonumber(n), e = tonumber(e) }
+  if not v[1] and not v[2] then return L end
+  L.had = true
+  for entry in string.gmatch(v[2] or '', '[^;]+') do
+    local id, n, e, k = string.match(entry, '^(%d+),(%d+),(%-?%d+),?([01]?)$')
+    L.held[#L.held + 1] = { id = tonumber(id), n = tonumber(n), e = tonumber(e), k = k == '1', at = #L.held }
+  end
+  if v[1] then
+    -- written before KEEP: by id, which was grant order; put in expiry order
+    table.sort(L.held, function(x, y)
+      if x.e ~= y.e then return x.e < y.e end
+      return x.at < y.at
+    end)
   end
   return L
 end
@@ -600,42 +627,59 @@ local function give_back(b, back, now)
   end
 end
 
--- Returns the tokens of the leases expired at now to b and forgets them.
+-- Forgets the leases expired at now, returning to b the tokens of those
+-- without KEEP.
 local function expire_leases(b, L, now)
-  local keep, back = {}, 0
+  local alive, back = {}, 0
   for _, l in ipairs(L.held) do
-    if l.e > now then keep[#keep + 1] = l else back = back + l.n end
+    if l.e > now then alive[#alive + 1] = l elseif not l.k then back = back + l.n end
   end
-  L.held = keep
+  L.held = alive
   if back > 0 then give_back(b, back, now) end
 end
 
-local function grant_lease(L, n, ttl_ms, now)
-  local id = math.max(L.li + 1, now)
-  L.li = id
-  L.held[#L.held + 1] = { id = id, n = n, e = now + ttl_ms * 1000 }
+local function holds_id(L, id)
+  for _, l in ipairs(L.held) do
+    if l.id == id then return true end
+  end
+  return false
+end
+
+-- Grants a lease and returns its id: the next id of the seed that the key
+-- does not hold; nil without a seed.
+local function grant_lease(L, n, ttl_ms, keep, now)
+  if lease_seed == nil then return nil end
+  local id = lease_seed
+  while holds_id(L, id) do
+    id = id + 1
+    if id > MAX_LUA_ID then id = 1 end
+  end
+  lease_seed = id + 1
+  if lease_seed > MAX_LUA_ID then lease_seed = 1 end
+  local e = now + ttl_ms * 1000
+  local at = #L.held + 1
+  while at > 1 and L.held[at - 1].e > e do at = at - 1 end
+  table.insert(L.held, at, { id = id, n = n, e = e, k = keep })
   return id
 end
 
 -- Microseconds (bignum) until b holds `level` whole tokens, counting the
--- held leases' tokens as back at their expiry; nil if it never will.
+-- tokens of held leases without KEEP as back at their expiry; nil if it
+-- never will.
 local function lease_micros_until(b, L, level, now)
   local best = micros_until(b, level, now)
-  local sorted = {}
-  for i, l in ipairs(L.held) do sorted[i] = l end
-  table.sort(sorted, function(x, y)
-    if x.e ~= y.e then return x.e < y.e end
-    return x.id < y.id
-  end)
   local back = 0
-  for _, l in ipairs(sorted) do
-    back = back + l.n
-    local us = micros_until(b, level - back, now)
-    if us ~= nil then
-      local left = l.e - now
-      if left < 0 then left = 0 end
-      if bn_cmp(bn(left), us) > 0 then us = bn(left) end
-      if best == nil or bn_cmp(us, best) < 0 then best = us end
+  for _, l in ipairs(L.held) do
+    local left = l.e - now
+    if left < 0 then left = 0 end
+    if best ~= nil and bn_cmp(bn(left), best) >= 0 then break end
+    if not l.k then
+      back = back + l.n
+      local us = micros_until(b, level - back, now)
+      if us ~= nil then
+        if bn_cmp(bn(left), us) > 0 then us = bn(left) end
+        if best == nil or bn_cmp(us, best) < 0 then best = us end
+      end
     end
   end
   return best
@@ -662,11 +706,9 @@ end
 -- lease::key_expiry: 'now', an absolute ms or 'never'.
 local function lease_expiry(b, L)
   if is_blank(L) then return expiry(b) end
-  if #L.held == 0 and b.w >= b.c and L.li < b.t then return 'now' end
-  local held, last_e = 0, nil
+  local held, last_e = 0, L.held[#L.held].e
   for _, l in ipairs(L.held) do
-    held = held + l.n
-    if last_e == nil or l.e > last_e then last_e = l.e end
+    if not l.k then held = held + l.n end
   end
   local target = b.c - held
   local full_us
@@ -678,8 +720,7 @@ local function lease_expiry(b, L)
     full_us = bn_add(bn(b.t), us)
   end
   local at = full_us
-  if last_e ~= nil and bn_cmp(bn(last_e), at) > 0 then at = bn(last_e) end
-  if bn_cmp(bn(L.li + 1), at) > 0 then at = bn(L.li + 1) end
+  if bn_cmp(bn(last_e), at) > 0 then at = bn(last_e) end
   local ms = bn_divmod(bn_add(at, bn(999)), BN_1000)
   if bn_cmp(ms, BN_MAX_EXPIRE_MS) > 0 then return 'never' end
   ms = bn_num(ms)
@@ -698,10 +739,15 @@ local function commit(key, b, L)
   end
   redis.call('HSET', key, 'w', fmt(b.w), 'f', fmt(b.f), 't', fmt(b.t),
     'rn', fmt(b.rn), 'rd', fmt(b.rd), 'c', fmt(b.c))
+  if L.had then redis.call('HDEL', key, 'li', 'l') end
   if not is_blank(L) then
     local parts = {}
-    for i, l in ipairs(L.held) do parts[i] = fmt(l.id) .. ',' .. fmt(l.n) .. ',' .. fmt(l.e) end
-    redis.call('HSET', key, 'li', fmt(L.li), 'l', table.concat(parts, ';'))
+    for i, l in ipairs(L.held) do
+      local k = '0'
+      if l.k then k = '1' end
+      parts[i] = fmt(l.id) .. ',' .. fmt(l.n) .. ',' .. fmt(l.e) .. ',' .. k
+    end
+    redis.call('HSET', key, 'l', table.concat(parts, ';'))
   end
   if at == 'never' then
     redis.call('PERSIST', key)
@@ -797,8 +843,8 @@ local function cmd_consume(args)
   if not rn then return err(rd) end
   local c, e = parse_int(args[2], MAX_AMOUNT_STR, ERR_CAPACITY)
   if not c then return err(e) end
-  -- LEASE ttl-ms, anywhere after capacity (parse::split_lease)
-  local lease_ttl = nil
+  -- LEASE ttl-ms [KEEP], anywhere after capacity (parse::split_lease)
+  local lease_ttl, lease_keep = nil, false
   do
     local rest, j = { args[1], args[2] }, 3
     while args[j] do
@@ -808,6 +854,10 @@ local function cmd_consume(args)
         if not ttl or ttl == 0 then return err(ERR_LEASE_TTL) end
         lease_ttl = ttl
         j = j + 2
+        if args[j] and args[j]:upper() == 'KEEP' then
+          lease_keep = true
+          j = j + 1
+        end
       else
         rest[#rest + 1] = args[j]
         j = j + 1
@@ -871,7 +921,10 @@ local function cmd_consume(args)
   if lease_ttl ~= nil and #L.held >= MAX_LEASES then return err(ERR_LEASE_FULL) end
   local reply, b, dirty, kind = consume(stored or nil, rn, rd, c, n, mode, wait_ms * 1000, minc or 1, now)
   local lease_id = 0
-  if lease_ttl ~= nil and kind == 'allowed' then lease_id = grant_lease(L, n, lease_ttl, now) end
+  if lease_ttl ~= nil and kind == 'allowed' then
+    lease_id = grant_lease(L, n, lease_ttl, lease_keep, now)
+    if lease_id == nil then return err(ERR_LEASE_SEED) end
+  end
   -- what a denial waits for: 1 for a peek, the chunk (at most n) for ATMOST
   local target = n
   if n == 0 then target = 1 elseif atmost then target = math.min(minc or 1, n) end
@@ -887,7 +940,7 @@ local function cmd_mconsume(args)
   if k == 0 or k > 16 or #args < triples then return err(ERR_NUMKEYS) end
   local mode, max_wait_us, minc = 'all', 0, 1
   local chunk = nil
-  local leased, any_lease, reserve = {}, false, nil
+  local leased, kept, any_lease, reserve = {}, {}, false, nil
   local at = triples + 1
   while at <= #args do
     local up = args[at]:upper()
@@ -901,6 +954,10 @@ local function cmd_mconsume(args)
       leased[part] = ttl
       any_lease = true
       at = at + 3
+      if at <= #args and args[at]:upper() == 'KEEP' then
+        kept[part] = true
+        at = at + 1
+      end
     elseif up == 'RESERVE' and reserve == nil and at + 1 <= #args then
       local ms, e = parse_int(args[at + 1], '86400000', ERR_WAIT)
       if not ms then return err(e) end
@@ -1055,7 +1112,10 @@ local function cmd_mconsume(args)
   local ids = {}
   for j = 1, k do
     ids[j] = 0
-    if allowed == 1 and leased[j] then ids[j] = grant_lease(leases[j], parts[j].n, leased[j], now) end
+    if allowed == 1 and leased[j] then
+      ids[j] = grant_lease(leases[j], parts[j].n, leased[j], kept[j] or false, now)
+      if ids[j] == nil then return err(ERR_LEASE_SEED) end
+    end
   end
   local reply = { allowed, retry }
   for j = 1, k do
@@ -1117,7 +1177,13 @@ local function cmd_release(args)
   local lease = table.remove(L.held, at)
   local returned = lease.n - (used or 0)
   if returned >= 0 then
-    give_back(b, returned, now)
+    -- what went back: the increase of the level after the cap, rounded down
+    settle(b, now)
+    if b.w + returned >= b.c then
+      returned = b.c - b.w
+      if b.f > 0 then returned = returned - 1 end
+    end
+    give_back(b, lease.n - (used or 0), now)
   else
     settle(b, now)
     b.w = b.w + returned
@@ -1148,16 +1214,9 @@ local function cmd_info(args)
     'ttl_ms', redis.call('PTTL', KEYS[1]),
   }
   if not is_blank(L) then
-    local next_e = nil
-    for _, l in ipairs(L.held) do
-      if next_e == nil or l.e < next_e then next_e = l.e end
-    end
-    local next_ms = -1
-    if next_e ~= nil then
-      local left = next_e - now
-      if left < 0 then left = 0 end
-      next_ms = ceil_ms(bn(left))
-    end
+    local left = L.held[1].e - now
+    if left < 0 then left = 0 end
+    local next_ms = ceil_ms(bn(left))
     reply[#reply + 1] = 'leases'
     reply[#reply + 1] = #L.held
     reply[#reply + 1] = 'next_lease_expiry_ms'
@@ -1174,10 +1233,17 @@ local COMMANDS = {
   ['TB.INFO'] = cmd_info,
 }
 
-local handler = COMMANDS[(ARGV[1] or ''):upper()]
+local first = 1
+if (ARGV[1] or ''):upper() == 'LEASE-SEED' then
+  local seed = parse_int(ARGV[2] or '', '9007199254740991', ERR_LEASE_SEED)
+  if not seed or seed == 0 then return err(ERR_LEASE_SEED) end
+  lease_seed = seed
+  first = 3
+end
+local handler = COMMANDS[(ARGV[first] or ''):upper()]
 if not handler then
   return err('ERR tb.lua: the first argument must be TB.CONSUME, TB.MCONSUME, TB.REFUND, TB.RELEASE or TB.INFO')
 end
 local args = {}
-for i = 2, #ARGV do args[i - 1] = ARGV[i] end
+for i = first + 1, #ARGV do args[i - first] = ARGV[i] end
 return handler(args)
