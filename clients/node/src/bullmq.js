@@ -17,9 +17,38 @@
 // start (`job.attemptsStarted`): a retry after a failure, or a job restarted
 // after it stalled while running, reserves again.
 
-import { DelayedError, UnrecoverableError, Worker } from 'bullmq';
-
 import { Result } from './index.js';
+
+// No `import 'bullmq'`: the package resolves its imports from its own real
+// path, which is not the user's project when it is installed by path (npm
+// links it), and a second copy of BullMQ would not be the user's anyway.
+// The user's BullMQ recognises the errors a processor throws by their name
+// (DelayedError, UnrecoverableError: `err.name == ...` beside `instanceof`
+// in its Worker and Job) and the rate-limit error by its message, whichever
+// copy of BullMQ made them: so these are made here.
+
+/** Thrown after `job.moveToDelayed`: BullMQ leaves the job delayed. */
+class DelayedError extends Error {
+  constructor(message = 'bullmq:movedToDelayed') {
+    super(message);
+    this.name = 'DelayedError';
+  }
+}
+
+/** A job that can never succeed: BullMQ fails it without retrying. */
+class UnrecoverableError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'UnrecoverableError';
+  }
+}
+
+/** BullMQ's `Worker.RateLimitError()`: after `queue.rateLimit(ms)`, the job goes back to the wait list. */
+function rateLimitError() {
+  const e = new Error('bullmq:rateLimitExceeded');
+  e.name = 'RateLimitError';
+  return e;
+}
 
 /** The field of the job's data that carries its reservation. */
 export const RESERVATION_FIELD = 'tbReservation';
@@ -132,7 +161,7 @@ export function limitProcessor(bucket, processor, options = {}) {
     const back = Math.max(1, r.retryAfterMs - Math.floor(windowMs / 2));
     if (queue) {
       await queue.rateLimit(back);
-      throw Worker.RateLimitError();
+      throw rateLimitError();
     }
     await job.moveToDelayed(Date.now() + back, token);
     throw new DelayedError();

@@ -135,10 +135,10 @@ export declare class CommandError extends Error {
   readonly command: string;
 }
 
-export declare class Limiter {
-  constructor(client: RedisClientLike, options?: LimiterOptions);
-  /** The client passed in (never closed by the limiter). */
-  readonly client: RedisClientLike;
+export declare class Limiter<C extends RedisClientLike = RedisClientLike> {
+  constructor(client: C, options?: LimiterOptions);
+  /** The client passed in, with its own type (never closed by the limiter). */
+  readonly client: C;
   /** Null until the first command has told (with `'auto'`). */
   readonly backend: Backend | null;
   /** The longest wait the server accepts, as far as the limiter knows. */
@@ -164,8 +164,8 @@ export declare class Limiter {
 }
 
 export declare class TokenBucket {
-  constructor(limiter: Limiter, key: Key, rate: Rate, capacity: Amount);
-  readonly limiter: Limiter;
+  constructor(limiter: Limiter<any>, key: Key, rate: Rate, capacity: Amount);
+  readonly limiter: Limiter<any>;
   readonly key: Key;
   /** The rate as sent (`'0.5'`, `'100/m'`). */
   readonly rate: string;
