@@ -16,7 +16,7 @@ export interface QueueLike {
   rateLimit(expireTimeMs: number): Promise<void>;
 }
 
-import type { Amount, TokenBucket } from './index.js';
+import type { Amount, Lease, LeasePart, Limiter, MultiResult, TokenBucket } from './index.js';
 
 /** The field of a job's data that carries its reservation while it is delayed. */
 export declare const RESERVATION_FIELD: 'tbReservation';
@@ -40,4 +40,26 @@ export declare function limitProcessor<J extends JobLike = JobLike, R = unknown>
   bucket: TokenBucket | ((job: J) => TokenBucket | Promise<TokenBucket>),
   processor: (job: J, token?: string, signal?: AbortSignal) => Promise<R>,
   options?: LimitProcessorOptions<J>,
+): (job: J, token?: string, signal?: AbortSignal) => Promise<R>;
+
+export interface LeaseProcessorOptions {
+  /** How long the leases last if the worker vanishes, in ms: longer than the call can take. */
+  ttlMs: number;
+  /** The longest a job short of a part waits in the delayed set before asking again; default 1000. */
+  maxDelayMs?: number;
+  /** Errors that mean the request never left (besides NotSentError): everything is given back. */
+  returnOn?: (err: unknown) => boolean;
+  /** The limiter to call (default: the first part's bucket's). */
+  limiter?: Limiter<any>;
+}
+
+/**
+ * Wraps a BullMQ processor so that it runs holding several limits leased in
+ * one TB.MCONSUME (RPM + TPM + in flight); a job short of a part goes to the
+ * delayed set for the server's wait, never waiting in the worker.
+ */
+export declare function leaseProcessor<J extends JobLike = JobLike, R = unknown>(
+  parts: ReadonlyArray<LeasePart> | ((job: J) => ReadonlyArray<LeasePart> | Promise<ReadonlyArray<LeasePart>>),
+  processor: (job: J, token: string | undefined, signal: AbortSignal | undefined, lease: Lease<MultiResult>) => Promise<R>,
+  options: LeaseProcessorOptions,
 ): (job: J, token?: string, signal?: AbortSignal) => Promise<R>;

@@ -258,6 +258,8 @@ export declare class Lease<R extends Result | MultiResult = Result | MultiResult
   readonly leaseId: number;
   /** Tokens used: estimates are settled to it on a normal exit. */
   used: Amount | undefined;
+  /** Runs `fn(this)`, then done(), giveBack() (NotSentError, `returnOn`) or failed() by how it ended. */
+  run<T>(fn: (lease: this) => Promise<T> | T, options?: { returnOn?: (err: unknown) => boolean }): Promise<T>;
   done(): Promise<void>;
   failed(): Promise<void>;
   giveBack(): Promise<void>;

@@ -825,7 +825,12 @@ async function pollLease(call, label, timeoutMs, signal, undo) {
 }
 
 /** Runs `fn(lease)`, then ends the lease by how `fn` ended (see Limiter#withLeases). */
-async function runLeased(lease, fn, returnOn) {
+function runLeased(lease, fn, returnOn) {
+  return lease.run(fn, { returnOn });
+}
+
+/** See {@link Lease#run}. */
+async function runHeld(lease, fn, returnOn) {
   let out;
   try {
     out = await fn(lease);
@@ -871,6 +876,17 @@ export class Lease {
     /** Tokens used, to settle the estimates to on a normal exit. */
     this.used = undefined;
     this._ended = false;
+  }
+
+  /**
+   * Runs `fn(this)` and ends the lease by how it ended: returned, `done()`
+   * (`used` also from a returned `{ used }`); threw a NotSentError (or an
+   * error `returnOn` accepts), `giveBack()`; threw anything else,
+   * `failed()`. The body's error is rethrown; a call that fails while
+   * ending a failed lease is ignored (the tokens stay taken: the safe side).
+   */
+  run(fn, { returnOn } = {}) {
+    return runHeld(this, fn, returnOn);
   }
 
   /** The lease id of the first leased part (the only one of `bucket.lease`). */
