@@ -78,4 +78,4 @@ node-installed: node-deps ## the package packed and installed by path into fresh
 
 test-node-installed: build node-installed ## BullMQ and the docs Node snippets (run, tsc --strict) in the installed projects
 	cd $(NODE_DIR) && TB_NODE_PROJECTS=$(NODE_INSTALLED) REDIS_SERVER=$(firstword $(TEST_SERVERS)) TB_MODULE=$(MODULE) \
-	  $(NODE_TEST) test/installed.test.js
+	  $(NODE_TEST) test/installed/installed.test.js

@@ -14,7 +14,7 @@
 //           dependencies, which would hide the failure).
 //
 // Each project holds the packages a user would install and nothing of this
-// repository's node_modules. The tests (test/installed.test.js) and the docs
+// repository's node_modules. The tests (test/installed/installed.test.js) and the docs
 // harness (run-block.js with TB_NODE_PROJECT) run programs inside them.
 //
 //   node clients/node/tools/installed.js DIR

@@ -19,10 +19,10 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { makeProjects } from '../tools/installed.js';
-import { REPO, Server } from './helpers/server.js';
+import { makeProjects } from '../../tools/installed.js';
+import { REPO, Server } from '../helpers/server.js';
 
-const PACKAGE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const PACKAGE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const TSC = path.join(PACKAGE, 'node_modules', '.bin', 'tsc');
 
 let projects;
