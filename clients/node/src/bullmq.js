@@ -198,7 +198,8 @@ async function waitTurn(ms, signal, giveBack) {
  * `lease.used`; threw a NotSentError (or an error `returnOn` accepts),
  * everything given back; threw anything else (the call may have reached
  * the provider), estimates kept charged and slots held until their TTL,
- * and the error goes to BullMQ (which retries the job as configured).
+ * and the error goes to BullMQ (which retries the job as configured). A
+ * release that fails after the processor returned does not fail the job.
  */
 export function leaseProcessor(parts, processor, options = {}) {
   if (typeof processor !== 'function') throw new TypeError('processor must be a function');
@@ -220,6 +221,23 @@ export function leaseProcessor(parts, processor, options = {}) {
       await job.moveToDelayed(Date.now() + Math.min(Math.max(1, r.retryAfterMs), maxDelayMs), token);
       throw new DelayedError();
     }
-    return lease.run((held) => processor(job, token, signal, held), { returnOn });
+    // The job's outcome is the processor's: a release that fails after it
+    // returned leaves the slot held until its TTL (the safe side) rather
+    // than failing a job whose call was made (a retry would make it again).
+    let done = false;
+    let out;
+    try {
+      return await lease.run(
+        async (held) => {
+          out = await processor(job, token, signal, held);
+          done = true;
+          return out;
+        },
+        { returnOn },
+      );
+    } catch (e) {
+      if (done) return out;
+      throw e;
+    }
   };
 }
