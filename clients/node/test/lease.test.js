@@ -79,6 +79,22 @@ for (const backend of BACKENDS) {
       assert.equal((await other.peek()).allowed, true);
     });
 
+    test('cancelled while waiting for the lease: nothing held, the body never runs', async () => {
+      const rpm = limiter.bucket('{c}:rpm', FROZEN, 10);
+      const slot = limiter.bucket('{c}:inflight', 0, 1);
+      const first = await slot.lease(1, { ttlMs: 60_000 });
+      let ran = false;
+      await assert.rejects(
+        limiter.withLeases([[rpm, 1], [slot, 1, 'slot']], { ttlMs: 60_000, signal: AbortSignal.timeout(100) }, async () => {
+          ran = true;
+        }),
+        (e) => e.name === 'TimeoutError',
+      );
+      assert.equal(ran, false);
+      assert.equal(await slot.release(first.leaseId), 1);
+      assert.equal((await rpm.info())?.tokens ?? 10, 10, 'nothing taken from RPM');
+    });
+
     test('an estimate stays charged when the body throws, is settled to what was used otherwise', async () => {
       const tpm = limiter.bucket('tpm', FROZEN, 1000);
       await assert.rejects(tpm.withLease(300, { ttlMs: 60_000, keep: true }, boom), /timed out/);
