@@ -2,8 +2,6 @@
 # docs/**/*.md and clients/*/README.md runs against real servers the harness
 # starts (free loopback ports, TEST_SERVERS, TB_MODULE); a block with no
 # runner and no directive fails. tools/doctest/blocks.py lists the directives.
-# js blocks run in a user's project with the packed Node client installed
-# (mk/node.mk: node-installed).
 #
 #   make test-docs   every block (part of `make test`); pass PYTEST_ARGS="-k ..."
 #                    to run some
@@ -18,8 +16,9 @@ PYTEST_ARGS ?=
 EXTRA_TESTS += test-docs
 
 # The Python venv of mk/python.mk (the client installed as users install it)
-# runs the harness and the python blocks; js blocks run with the Node
-# client's packages (mk/node.mk), ruby blocks with the gem (mk/ruby.mk).
+# runs the harness and the python blocks; js blocks run in a user's project
+# with the packed Node client installed (mk/node.mk: node-installed), ruby
+# blocks with the gem (mk/ruby.mk).
 test-docs: build redis8 python-venv node-installed ruby-gem
 	@$(PY) -m pip install --quiet --disable-pip-version-check $(DOCTEST_PIP)
 	cd $(CURDIR)/tools/doctest && $(PY) -m mypy .
