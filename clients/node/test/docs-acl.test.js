@@ -32,9 +32,11 @@ function docFiles() {
     }
   };
   walk(path.join(REPO, 'docs'));
-  for (const c of readdirSync(path.join(REPO, 'clients'))) {
-    const p = path.join(REPO, 'clients', c, 'README.md');
-    if (statSync(p, { throwIfNoEntry: false })) out.push(p);
+  for (const top of ['clients', 'examples']) {
+    for (const name of readdirSync(path.join(REPO, top))) {
+      const p = path.join(REPO, top, name, 'README.md');
+      if (statSync(p, { throwIfNoEntry: false })) out.push(p);
+    }
   }
   return out;
 }

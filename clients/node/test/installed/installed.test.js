@@ -55,12 +55,11 @@ function docFiles() {
   } catch (e) {
     if (e.code !== 'ENOENT') throw e;
   }
-  for (const client of readdirSync(path.join(REPO, 'clients'))) {
-    const readme = path.join(REPO, 'clients', client, 'README.md');
-    try {
-      statSync(readme);
-      out.push(readme);
-    } catch {}
+  for (const top of ['clients', 'examples']) {
+    for (const name of readdirSync(path.join(REPO, top))) {
+      const readme = path.join(REPO, top, name, 'README.md');
+      if (statSync(readme, { throwIfNoEntry: false })) out.push(readme);
+    }
   }
   return out;
 }
