@@ -25,6 +25,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import leasewait  # noqa: E402
 import neighbours  # noqa: E402
 from resp import Conn, ReplyError  # noqa: E402
 
@@ -747,7 +748,9 @@ def main():
     ap.add_argument("--neighbours-seconds", type=float, default=5.0,
                     help="length of each noisy-neighbour scenario (bench/neighbours.py)")
     ap.add_argument("--neighbours-rounds", type=int, default=5)
-    ap.add_argument("--only", choices=["neighbours"],
+    ap.add_argument("--lease-wait-seconds", type=float, default=10.0,
+                    help="length of each lease-waiting case (bench/leasewait.py)")
+    ap.add_argument("--only", choices=["neighbours", "lease_wait"],
                     help="measure only this part and update it in the existing --out file")
     ap.add_argument("--out", default=os.path.join(HERE, "results.json"))
     ap.add_argument("--smoke", action="store_true",
@@ -767,6 +770,7 @@ def main():
         # on a loaded machine (listen backlog full, the SYN resent after 1 s),
         # and the check below wants attacker calls inside the window.
         a.neighbours_seconds, a.neighbours_rounds = 2.0, 1
+        a.lease_wait_seconds = 1.0
     for tool in ("redis-benchmark", "redis-cli"):
         if not shutil.which(tool):
             raise SystemExit("%s is missing (Debian package redis-tools)" % tool)
@@ -792,6 +796,14 @@ def main():
         log("replaced the memory figures in %s" % a.out)
         return
     t_start = time.time()
+    if a.only == "lease_wait":
+        with open(a.out) as f:
+            results = json.load(f)
+        results["lease_wait"] = run_lease_wait(a)
+        with open(a.out, "w") as f:
+            json.dump(results, f, indent=1)
+        log("updated the lease-waiting figures in %s in %d s" % (a.out, time.time() - t_start))
+        return
     if a.only == "neighbours":
         with open(a.out) as f:
             results = json.load(f)
@@ -835,6 +847,7 @@ def main():
     stages = [int(x) for x in a.scaling.split(",")]
     results["scaling"] = scaling(a.server, a.module, stages, 3 if not a.smoke else 1, a.seconds)
     results["neighbours"] = run_neighbours(a)
+    results["lease_wait"] = run_lease_wait(a)
     results["machine"]["loadavg_end"] = os.getloadavg()[0]
     results["machine"]["run_seconds"] = round(time.time() - t_start)
     if a.smoke:
@@ -853,6 +866,14 @@ def run_neighbours(a):
     return neighbours.measure(Server, a.server, a.module, a.neighbours_seconds,
                               a.neighbours_rounds, [a.server] + ([a.server8] if a.server8 else []),
                               smoke=a.smoke)
+
+
+def run_lease_wait(a):
+    """Calls per lease grant against the number of waiters (bench/leasewait.py)."""
+    log("lease waiting on %s" % version_of(a.server))
+    out = leasewait.measure(Server, a.server, a.module, a.lease_wait_seconds, log)
+    out["server"] = version_of(a.server)
+    return out
 
 
 def check_smoke(results):
