@@ -178,6 +178,12 @@ def victim_run(port, admin, seconds):
     return lat, failed, errors, peak
 
 
+def server_cpu_s(conn):
+    """The server's CPU time so far (user + system), in seconds."""
+    cpu = conn.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
 def percentile(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(p / 100 * len(xs)))]
@@ -207,10 +213,12 @@ def scenario(server, kind, seconds, keys, run=0):
         before = commandstats_calls(admin)
         tb_before = admin.info("tb")
     t0 = time.time()
+    cpu0 = server_cpu_s(admin)
     try:
         lat, failed, errors, peak = victim_run(server.port, admin, seconds)
     finally:
         elapsed = time.time() - t0
+        cpu = server_cpu_s(admin) - cpu0
         for p in procs:
             p.terminate()
         for p in procs:
@@ -237,6 +245,9 @@ def scenario(server, kind, seconds, keys, run=0):
         "p999_ms": percentile(lat, 99.9), "max_ms": max(lat),
         "attacker_per_s": attacker_calls / elapsed, "blocked_per_s": blocked / elapsed,
         "peak_used_memory": peak,
+        # Server CPU per attacker call (the victim's calls included, the
+        # same in every scenario): steadier than a p99 on a shared machine.
+        "cpu_us_per_attacker_call": cpu * 1e6 / attacker_calls if attacker_calls else None,
     }
 
 
@@ -323,6 +334,8 @@ def measure(server_cls, binary, module, seconds, rounds, servers_for_memory, smo
                 "attacker_per_s": statistics.median(r["attacker_per_s"] for r in rs),
                 "blocked_per_s": statistics.median(r["blocked_per_s"] for r in rs),
                 "peak_used_memory": max(r["peak_used_memory"] for r in rs),
+                "cpu_us_per_attacker_call": statistics.median(
+                    r["cpu_us_per_attacker_call"] or 0 for r in rs),
                 "rounds": rs,
             }
     finally:
@@ -384,9 +397,14 @@ def render(n):
     if "blpop" in sc:
         L.append("Against the same flood of abandoned `BLPOP`s (Redis' own blocking command), "
                  "the victim's p99 under the abandoned-BLOCK flood is %.2fx, under the "
-                 "abandoned lease-wait flood %.2fx (goal: at most %.1fx).\n" % (
+                 "abandoned lease-wait flood %.2fx (goal: at most %.1fx). Server CPU per "
+                 "attacker call (connection, AUTH and the call; the victim's calls "
+                 "included): %.1f µs for an abandoned BLOCK, %.1f µs for an abandoned lease "
+                 "wait, %.1f µs for an abandoned BLPOP.\n" % (
                      sc["block"]["p99_ratio_blpop"], sc["leaseblock"]["p99_ratio_blpop"],
-                     n["goal"]))
+                     n["goal"], sc["block"]["cpu_us_per_attacker_call"],
+                     sc["leaseblock"]["cpu_us_per_attacker_call"],
+                     sc["blpop"]["cpu_us_per_attacker_call"]))
     L.append("The connection flood is there to tell what the abandoned-BLOCK flood costs "
              "because it opens and closes connections (Redis accepts up to a thousand at a "
              "time, each with its buffers) from what the BLOCKs add: clients that block hold "
