@@ -378,6 +378,8 @@ def render(n):
              "victim p99.9 | victim max | victim failed calls | peak used_memory |")
     L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for kind, _ in SCENARIOS:
+        if kind not in sc:
+            continue  # a results file from before the scenario existed
         v = sc[kind]
         label = v["label"]
         if kind == "mconsume":
@@ -394,7 +396,7 @@ def render(n):
     L.append("Against the connection flood without the limiter (same processes, PING in "
              "place of BLOCK), the abandoned-BLOCK flood's p99 is %.2fx.\n"
              % sc["block"]["p99_ratio_churn"])
-    if "blpop" in sc:
+    if "blpop" in sc and "leaseblock" in sc:
         L.append("Against the same flood of abandoned `BLPOP`s (Redis' own blocking command), "
                  "the victim's p99 under the abandoned-BLOCK flood is %.2fx, under the "
                  "abandoned lease-wait flood %.2fx (goal: at most %.1fx). Server CPU per "
