@@ -350,3 +350,73 @@ fn block_with_lease_grammar() {
         "{multi:?}"
     );
 }
+
+/// A later call on one bucket never overtakes an earlier call that asks for
+/// that bucket and another: the single-key call waits behind it.
+#[test]
+fn a_later_call_never_overtakes_an_earlier_one_on_a_shared_bucket() {
+    let s = Server::start();
+    let mut c = s.conn();
+    // {f}a: one slot, held. {f}b: one slot, free.
+    let held = ints(&mut c, &slot_call("{f}a", "1", "60000", "0"));
+    let both = [
+        "TB.MCONSUME",
+        "2",
+        "{f}a",
+        "{f}b",
+        "0",
+        "1",
+        "1",
+        "0",
+        "1",
+        "1",
+        "LEASE",
+        "1",
+        "60000",
+        "LEASE",
+        "2",
+        "60000",
+        "BLOCK",
+        "10000",
+    ];
+    let (mut first, _) = s.send(&both);
+    s.wait_for("the two-key call to wait", Duration::from_secs(10), |c| {
+        blocked(c) == 1
+    });
+    // {f}b has its slot free, but the earlier call waits for it too.
+    let (mut later, _) = s.send(&slot_call("{f}b", "1", "60000", "10000"));
+    s.wait_for("the later call to queue", Duration::from_secs(10), |c| {
+        blocked(c) == 2
+    });
+    ints(&mut c, &["TB.RELEASE", "{f}a", &held[5].to_string()]);
+    let r = answer(&mut first).unwrap();
+    assert_eq!(r[0], 1, "the earlier call gets both slots: {r:?}");
+    // The later one waits for {f}b's slot to come back.
+    thread::sleep(Duration::from_millis(50));
+    assert_eq!(blocked(&mut c), 1);
+    ints(&mut c, &["TB.RELEASE", "{f}b", &r[5].to_string()]);
+    let r = answer(&mut later).unwrap();
+    assert_eq!(r[0], 1, "{r:?}");
+}
+
+/// A master that turns replica answers its waiting calls -UNBLOCKED, as for
+/// BLOCK, and keeps none.
+#[test]
+fn a_role_change_answers_unblocked() {
+    let m = Server::start();
+    let other = Server::start();
+    let mut c = m.conn();
+    ints(&mut c, &slot_call("r", "1", "60000", "0"));
+    let (mut w, _) = m.send(&slot_call("r", "1", "60000", "10000"));
+    m.wait_for("the call to wait", Duration::from_secs(10), |c| {
+        blocked(c) == 1
+    });
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(other.port)
+        .query(&mut c)
+        .unwrap();
+    let e = answer(&mut w).unwrap_err();
+    assert_eq!(e.code(), Some("UNBLOCKED"), "{e:?}");
+    assert_eq!(blocked(&mut c), 0);
+}
