@@ -13,15 +13,16 @@
 //!   first in line before any other client runs;
 //! - a module timer at the next time the first in line could fit (its
 //!   denial's `retry_after_ms`: the refill, or a lease's expiry);
-//! - a module timer at the call's own deadline, which tries it a last time
-//!   and otherwise answers the denial (nothing written);
+//! - a module timer at the call's own deadline (kept on the monotonic clock,
+//!   [`waker`], so the wait lasts the real time asked), which tries it a
+//!   last time and otherwise answers the denial (nothing written);
 //! - a module timer at once after a first-in-line call left (gone or timed
 //!   out), so the next in line is tried.
 //!
 //! A client that disconnects (or is killed, or unblocked with an error as
 //! on a failover: `-UNBLOCKED`) leaves the queue at once and holds
-//! nothing. Redis' module timers follow the wall clock; so does a
-//! bucket's refill, which is what the readiness timers wait for.
+//! nothing. The readiness timers are module timers: they follow the wall
+//! clock, as a bucket's refill does.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -30,12 +31,13 @@ use std::ops::Range;
 use std::os::raw::{c_int, c_void};
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use redis_module::raw;
 
 use super::entry::{guard, Args, CmdError, CmdResult, Ctx};
 use super::reply::Replier;
-use super::{blocking, stats};
+use super::{blocking, stats, waker};
 use crate::waitq::{self, WaitQueue, WaiterId};
 
 /// What one try at a waiting call's leases gave.
@@ -66,8 +68,10 @@ struct Waiter {
     argv: Vec<NonNull<raw::RedisModuleString>>,
     event: &'static CStr,
     attempt: Attempt,
-    /// The deadline timer (0 once it fired).
-    timeout: raw::RedisModuleTimerID,
+    /// The deadline, on the monotonic clock ([`waker`]): a call waits the
+    /// real time it asked for; `None` once it came. A monotonic timer costs
+    /// far less than a module timer, and most waits end before it.
+    timeout: Option<waker::TimerId>,
     /// The timer that tries it again when it may fit, if any.
     ready: Option<raw::RedisModuleTimerID>,
 }
@@ -190,6 +194,9 @@ fn block(
     attempt: Attempt,
 ) -> Option<WaiterId> {
     timer_ctx(ctx.as_ptr());
+    if !waker::start() {
+        return None;
+    }
     // SAFETY: ctx is the live context of the current command; the callbacks
     // match the signatures Redis expects; no timeout of Redis' own (a
     // module timer ends the wait), but a timeout callback for CLIENT UNBLOCK.
@@ -220,7 +227,11 @@ fn block(
     unsafe { raw::RedisModule_SetDisconnectCallback.unwrap()(bc, Some(disconnected)) };
     let db = qkeys[0].0;
     let id = STATE.with(|s| s.borrow_mut().queue.push(qkeys));
-    let timeout = create_timer(wait_ms, Some(timed_out), id);
+    let timeout = Some(waker::create(
+        Duration::from_millis(wait_ms),
+        deadline_came,
+        id as usize as *mut c_void,
+    ));
     STATE.with(|s| {
         let mut s = s.borrow_mut();
         s.by_handle.insert(bc as usize, id);
@@ -281,8 +292,8 @@ fn take(id: WaiterId) -> Option<(Waiter, Vec<QKey>)> {
         Some((w, keys))
     });
     if let Some((w, _)) = &taken {
-        if w.timeout != 0 {
-            stop_timer(w.timeout);
+        if let Some(t) = w.timeout {
+            waker::stop(t);
         }
         if let Some(r) = w.ready {
             stop_timer(r);
@@ -425,18 +436,25 @@ fn next_in_line(keys: Vec<QKey>) {
     }
 }
 
+/// A call's deadline came (on the main thread, with no context): a module
+/// timer at once answers it from a context where writing is ordinary.
+fn deadline_came(data: *mut c_void) {
+    let id = data as usize as WaiterId;
+    let waiting = STATE.with(|s| {
+        let mut s = s.borrow_mut();
+        s.waiters.get_mut(&id).map(|w| w.timeout = None).is_some()
+    });
+    if waiting {
+        create_timer(0, Some(timed_out), id);
+    }
+}
+
 /// A call's deadline came: a last try if it is first in line, else (or if
 /// it does not fit) the denial, and the next in line is tried.
 extern "C" fn timed_out(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     guard((), || {
         let id = data as usize as WaiterId;
-        let keys = STATE.with(|s| {
-            let mut s = s.borrow_mut();
-            if let Some(w) = s.waiters.get_mut(&id) {
-                w.timeout = 0;
-            }
-            s.queue.keys_of(id).map(<[QKey]>::to_vec)
-        });
+        let keys = STATE.with(|s| s.borrow().queue.keys_of(id).map(<[QKey]>::to_vec));
         let Some(keys) = keys else { return };
         serve(ctx, keys);
         let Some(nn) = NonNull::new(ctx) else { return };
