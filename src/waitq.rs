@@ -109,6 +109,17 @@ pub fn retry_in_ms(retry_after_ms: i64) -> Option<u64> {
     (retry_after_ms >= 0).then(|| retry_after_ms.max(1) as u64)
 }
 
+/// Whether two waiting calls ask the same (their arguments equal but for
+/// the value after `BLOCK`, how long each waits): the second may then fit
+/// exactly when the first would have.
+pub fn same_request(a: &[&[u8]], b: &[&[u8]]) -> bool {
+    a.len() == b.len()
+        && (0..a.len()).all(|i| {
+            a[i] == b[i]
+                || (i > 0 && a[i - 1].eq_ignore_ascii_case(b"BLOCK") && b[i - 1] == a[i - 1])
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,6 +169,16 @@ mod tests {
             q.remove(id);
         }
         assert_eq!(served, vec![ids[1], ids[3], ids[4]]);
+    }
+
+    #[test]
+    fn the_same_request_may_differ_in_its_wait_only() {
+        let a: [&[u8]; 5] = [b"TB.CONSUME", b"k", b"0", b"BLOCK", b"100"];
+        let b: [&[u8]; 5] = [b"TB.CONSUME", b"k", b"0", b"BLOCK", b"9000"];
+        let c: [&[u8]; 5] = [b"TB.CONSUME", b"k", b"1", b"BLOCK", b"100"];
+        assert!(same_request(&a, &b));
+        assert!(!same_request(&a, &c));
+        assert!(!same_request(&a, &a[..4]));
     }
 
     #[test]

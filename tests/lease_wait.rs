@@ -420,3 +420,33 @@ fn a_role_change_answers_unblocked() {
     assert_eq!(e.code(), Some("UNBLOCKED"), "{e:?}");
     assert_eq!(blocked(&mut c), 0);
 }
+
+/// The first in line hangs up while the slot is held by a lease that
+/// expires: the next in line gets the slot at that expiry, nobody releasing.
+#[test]
+fn the_next_in_line_is_served_at_the_expiry_the_first_waited_for() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let t = Instant::now();
+    assert_eq!(ints(&mut c, &slot_call("e", "1", "400", "0"))[0], 1);
+    let (first, _) = s.send(&slot_call("e", "1", "400", "10000"));
+    s.wait_for("the first to wait", Duration::from_secs(10), |c| {
+        blocked(c) == 1
+    });
+    let (mut next, _) = s.send(&slot_call("e", "1", "400", "10000"));
+    s.wait_for("the next to wait", Duration::from_secs(10), |c| {
+        blocked(c) == 2
+    });
+    drop(first);
+    s.wait_for("the first to leave", Duration::from_secs(10), |c| {
+        blocked(c) == 1
+    });
+    let r = answer(&mut next).unwrap();
+    assert_eq!(r[0], 1, "{r:?}");
+    let waited = t.elapsed();
+    assert!(waited >= Duration::from_millis(400), "{waited:?}");
+    assert!(
+        waited < Duration::from_secs(5),
+        "granted at the expiry, not at its deadline: {waited:?}"
+    );
+}

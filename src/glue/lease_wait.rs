@@ -12,7 +12,8 @@
 //!   after its own write ([`after_give_back`]): the freed tokens go to the
 //!   first in line before any other client runs;
 //! - a module timer at the next time the first in line could fit (its
-//!   denial's `retry_after_ms`: the refill, or a lease's expiry);
+//!   denial's `retry_after_ms`: the refill, or a lease's expiry), set off
+//!   by a monotonic timer ([`waker`]);
 //! - a module timer at the call's own deadline (kept on the monotonic clock,
 //!   [`waker`], so the wait lasts the real time asked), which tries it a
 //!   last time and otherwise answers the denial (nothing written);
@@ -21,8 +22,7 @@
 //!
 //! A client that disconnects (or is killed, or unblocked with an error as
 //! on a failover: `-UNBLOCKED`) leaves the queue at once and holds
-//! nothing. The readiness timers are module timers: they follow the wall
-//! clock, as a bucket's refill does.
+//! nothing.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -72,8 +72,10 @@ struct Waiter {
     /// real time it asked for; `None` once it came. A monotonic timer costs
     /// far less than a module timer, and most waits end before it.
     timeout: Option<waker::TimerId>,
-    /// The timer that tries it again when it may fit, if any.
-    ready: Option<raw::RedisModuleTimerID>,
+    /// The timer that tries it again when it may fit, if any, and its
+    /// ticket (what the timer carries: a first in line that leaves hands
+    /// its timer to the next one when they ask the same).
+    ready: Option<(waker::TimerId, u64)>,
 }
 
 impl Drop for Waiter {
@@ -91,6 +93,9 @@ struct State {
     queue: WaitQueue<QKey>,
     waiters: HashMap<WaiterId, Waiter>,
     by_handle: HashMap<usize, WaiterId>,
+    /// Ready timers' tickets, to the call each tries.
+    tickets: HashMap<u64, WaiterId>,
+    next_ticket: u64,
 }
 
 thread_local! {
@@ -135,13 +140,6 @@ fn create_timer(ms: u64, cb: raw::RedisModuleTimerProc, data: u64) -> raw::Redis
             data as usize as *mut c_void,
         )
     }
-}
-
-fn stop_timer(id: raw::RedisModuleTimerID) {
-    let ctx = TIMER_CTX.with(Cell::get);
-    // SAFETY: main thread; a timer of this module, or one that fired
-    // already (then Redis answers an error and does nothing).
-    unsafe { raw::RedisModule_StopTimer.unwrap()(ctx, id, std::ptr::null_mut()) };
 }
 
 fn selected_db(ctx: *mut raw::RedisModuleCtx) -> c_int {
@@ -282,25 +280,60 @@ impl From<CmdError> for Reply {
     }
 }
 
-/// Takes a waiter out of everything (queue, tables, timers).
-fn take(id: WaiterId) -> Option<(Waiter, Vec<QKey>)> {
-    let taken = STATE.with(|s| {
-        let mut s = s.borrow_mut();
-        let w = s.waiters.remove(&id)?;
+/// Takes a waiter out of everything (queue, tables, timers). With
+/// `hand_over` (it leaves without a grant), its ready timer goes to the
+/// next in line if that one asks the same and has none: it may fit at the
+/// same time, and nothing else need run now. Returns the waiter, its keys,
+/// and whether its timer was handed over.
+fn take(id: WaiterId, hand_over: bool) -> Option<(Waiter, Vec<QKey>, bool)> {
+    let (mut w, keys, handed) = STATE.with(|s| {
+        let s = &mut *s.borrow_mut();
+        let mut w = s.waiters.remove(&id)?;
         s.by_handle.remove(&(w.bc as usize));
         let keys = s.queue.remove(id).unwrap_or_default();
-        Some((w, keys))
-    });
-    if let Some((w, _)) = &taken {
-        if let Some(t) = w.timeout {
-            waker::stop(t);
+        let mut handed = false;
+        if let (true, Some((timer, ticket))) = (hand_over, w.ready) {
+            let next = keys.first().and_then(|k| s.queue.first(k));
+            if let Some(n) = next.and_then(|n| s.waiters.get_mut(&n).map(|nw| (n, nw))) {
+                let (n, nw) = n;
+                let same = s.queue.keys_of(n) == Some(&keys[..])
+                    && waitq::same_request(&arg_bytes(&w.argv), &arg_bytes(&nw.argv));
+                if same && nw.ready.is_none() {
+                    nw.ready = Some((timer, ticket));
+                    s.tickets.insert(ticket, n);
+                    w.ready = None;
+                    handed = true;
+                }
+            }
         }
-        if let Some(r) = w.ready {
-            stop_timer(r);
-        }
-        recount();
+        Some((w, keys, handed))
+    })?;
+    if let Some(t) = w.timeout.take() {
+        waker::stop(t);
     }
-    taken
+    if let Some((timer, ticket)) = w.ready.take() {
+        waker::stop(timer);
+        STATE.with(|s| s.borrow_mut().tickets.remove(&ticket));
+    }
+    recount();
+    Some((w, keys, handed))
+}
+
+/// The bytes of retained arguments.
+fn arg_bytes(argv: &[NonNull<raw::RedisModuleString>]) -> Vec<&[u8]> {
+    argv.iter()
+        .map(|&s| {
+            let mut len = 0;
+            let ptr = raw::string_ptr_len(s.as_ptr(), &mut len);
+            if ptr.is_null() || len == 0 {
+                return &[][..];
+            }
+            // SAFETY: a waiter holds a reference to each of its arguments,
+            // so the buffer stays alive and unchanged while the waiter (and
+            // so the borrow of `argv`) lives.
+            unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
+        })
+        .collect()
 }
 
 /// Hands `bc` back to Redis with the reply its reply callback sends (none:
@@ -357,7 +390,7 @@ fn serve(ctx: *mut raw::RedisModuleCtx, mut work: Vec<QKey>) {
                     break;
                 }
                 Some(outcome) => {
-                    if let Some((w, keys)) = take(id) {
+                    if let Some((w, keys, _)) = take(id, false) {
                         let reply = match outcome {
                             Ok(t) => Reply::Ints(t.reply),
                             Err(e) => e.into(),
@@ -379,30 +412,54 @@ fn serve(ctx: *mut raw::RedisModuleCtx, mut work: Vec<QKey>) {
 /// Sets (or moves) the timer that tries `id` again when it may fit.
 fn schedule_ready(id: WaiterId, retry_after_ms: i64) {
     let old = STATE.with(|s| {
-        s.borrow_mut()
-            .waiters
-            .get_mut(&id)
-            .and_then(|w| w.ready.take())
+        let s = &mut *s.borrow_mut();
+        let old = s.waiters.get_mut(&id).and_then(|w| w.ready.take());
+        if let Some((_, ticket)) = old {
+            s.tickets.remove(&ticket);
+        }
+        old
     });
-    if let Some(t) = old {
-        stop_timer(t);
+    if let Some((timer, _)) = old {
+        waker::stop(timer);
     }
     if let Some(ms) = waitq::retry_in_ms(retry_after_ms) {
-        let t = create_timer(ms, Some(ready_fired), id);
+        let ticket = STATE.with(|s| {
+            let s = &mut *s.borrow_mut();
+            s.next_ticket += 1;
+            s.tickets.insert(s.next_ticket, id);
+            s.next_ticket
+        });
+        let timer = waker::create(
+            Duration::from_millis(ms),
+            ready_due,
+            ticket as usize as *mut c_void,
+        );
         STATE.with(|s| {
             if let Some(w) = s.borrow_mut().waiters.get_mut(&id) {
-                w.ready = Some(t);
+                w.ready = Some((timer, ticket));
             }
         });
     }
 }
 
-/// Tries again the buckets of a first in line whose time came.
+/// The time a first in line waited for came (on the main thread, with no
+/// context): a module timer at once tries it from a context where writing
+/// is ordinary. (A monotonic timer costs far less than a module timer, and
+/// a first in line that hangs up never needs one.)
+fn ready_due(data: *mut c_void) {
+    let ticket = data as usize as u64;
+    if STATE.with(|s| s.borrow().tickets.contains_key(&ticket)) {
+        create_timer(0, Some(ready_fired), ticket);
+    }
+}
+
+/// Tries again the buckets of the first in line whose time came.
 extern "C" fn ready_fired(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     guard((), || {
-        let id = data as usize as WaiterId;
+        let ticket = data as usize as u64;
         let keys = STATE.with(|s| {
-            let mut s = s.borrow_mut();
+            let s = &mut *s.borrow_mut();
+            let id = s.tickets.remove(&ticket)?;
             if let Some(w) = s.waiters.get_mut(&id) {
                 w.ready = None;
             }
@@ -462,13 +519,15 @@ extern "C" fn timed_out(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
             .with(|s| s.borrow().waiters.contains_key(&id))
             .then(|| try_waiter(nn, id, true))
         {
-            if let Some((w, keys)) = take(id) {
+            if let Some((w, keys, handed)) = take(id, true) {
                 let reply = match outcome {
                     Ok(t) => Reply::Ints(t.reply),
                     Err(e) => e.into(),
                 };
                 hand_back(w.bc, Some(reply));
-                serve(ctx, keys);
+                if !handed {
+                    serve(ctx, keys);
+                }
             }
         }
     })
@@ -482,9 +541,9 @@ extern "C" fn disconnected(_ctx: *mut raw::RedisModuleCtx, bc: Handle) {
             return;
         };
         let first = STATE.with(|s| s.borrow().queue.is_first(id));
-        if let Some((w, keys)) = take(id) {
+        if let Some((w, keys, handed)) = take(id, true) {
             hand_back(w.bc, None);
-            if first {
+            if first && !handed {
                 next_in_line(keys);
             }
         }
@@ -511,7 +570,7 @@ extern "C" fn unblocked_early(
             Some(id) => {
                 let first = STATE.with(|s| s.borrow().queue.is_first(id));
                 let outcome = try_waiter(nn, id, true);
-                if let Some((w, keys)) = take(id) {
+                if let Some((w, keys, handed)) = take(id, true) {
                     send(
                         r,
                         outcome.map_or_else(
@@ -523,7 +582,7 @@ extern "C" fn unblocked_early(
                         ),
                     );
                     hand_back(w.bc, None);
-                    if first {
+                    if first && !handed {
                         next_in_line(keys);
                     }
                 }
