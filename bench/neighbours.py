@@ -55,6 +55,15 @@ VICTIM_CALL = ("1000", "1000000", "1")  # rate, capacity, n: always allowed
 BLOCK_CALL = ("200", "1", "1", "BLOCK", "60000")
 #: The abandoned lease waits: an in-flight limit of 1 whose slot is held.
 LEASE_BLOCK_CALL = ("0", "1", "1", "LEASE", "60000", "BLOCK", "60000")
+#: The abandoned waiters whose server instructions bench.py counts with
+#: callgrind (connect, AUTH, the call, hang up); `auth` alone is the baseline.
+ABANDONED = {
+    "auth": None,
+    "ping": ["PING"],
+    "blpop": ["BLPOP", "a:l", "60"],
+    "block": ["TB.CONSUME", "a:x", *BLOCK_CALL],
+    "leaseblock": ["TB.CONSUME", "a:s", *LEASE_BLOCK_CALL],
+}
 #: Key length of the MCONSUME stream, and the most keys it asks for (the
 #: module's own limit, read from its error, applies if lower).
 MCONSUME_KEY_BYTES = 1024
@@ -407,6 +416,15 @@ def render(n):
                      n["goal"], sc["block"]["cpu_us_per_attacker_call"],
                      sc["leaseblock"]["cpu_us_per_attacker_call"],
                      sc["blpop"]["cpu_us_per_attacker_call"]))
+    ir = n.get("abandoned_instructions", {}).get("per_connection")
+    if ir:
+        L.append("Server instructions per abandoned waiter (callgrind; %s connections one after "
+                 "another: connect, AUTH, the call, hang up; serverCron left out): "
+                 "%s. An abandoned BLOCK is %.2fx an abandoned BLPOP, an abandoned lease "
+                 "wait %.2fx (goal: at most %.1fx).\n" % (
+                     "{:,}".format(n["abandoned_instructions"]["connections"]),
+                     ", ".join("%s %s" % (k, "{:,.0f}".format(v)) for k, v in ir.items()),
+                     ir["block"] / ir["blpop"], ir["leaseblock"] / ir["blpop"], n["goal"]))
     L.append("The connection flood is there to tell what the abandoned-BLOCK flood costs "
              "because it opens and closes connections (Redis accepts up to a thousand at a "
              "time, each with its buffers) from what the BLOCKs add: clients that block hold "

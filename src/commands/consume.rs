@@ -64,7 +64,8 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let opts = a.options;
     if let (Some(_), Wait::Block(ms)) = (a.lease_ttl_ms, opts.wait) {
         check_block(ctx, ms)?;
-        return lease_wait::wait(ctx, args, ms, 1..2, c"tb.consume", lease_try);
+        let now = |c: &Ctx| lease_now(c, args, &a);
+        return lease_wait::wait(ctx, args, ms, 1..2, c"tb.consume", lease_try, &now);
     }
     let mode = match opts.wait {
         Wait::No if opts.atmost => Mode::AtMost {
@@ -183,7 +184,12 @@ fn lease_try(ctx: &Ctx, args: &Args, dry: bool) -> Result<lease_wait::Try, CmdEr
             reply: vec![0, left as i64, retry, o.reset_after_ms, 0, 0],
         });
     }
-    let (o, lease_id) = take(ctx, args, &a, Mode::All)?;
+    lease_now(ctx, args, &a)
+}
+
+/// The lease as without BLOCK, for the wait queue.
+fn lease_now(ctx: &Ctx, args: &Args, a: &parse::ConsumeArgs) -> Result<lease_wait::Try, CmdError> {
+    let (o, lease_id) = take(ctx, args, a, Mode::All)?;
     Ok(lease_wait::Try {
         granted: o.allowed(),
         retry_after_ms: o.retry_after_ms,

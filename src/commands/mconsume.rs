@@ -81,7 +81,8 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
             return Err(ERR_CANNOT_BLOCK.into());
         }
         let keys = 2..2 + a.requests.len();
-        return lease_wait::wait(ctx, args, ms, keys, c"tb.mconsume", lease_try);
+        let now = |c: &Ctx| lease_now(c, args, &a);
+        return lease_wait::wait(ctx, args, ms, keys, c"tb.mconsume", lease_try, &now);
     }
     let (_, _, reply) = take(ctx, args, &a)?;
     ctx.reply().ints(&reply);
@@ -175,17 +176,22 @@ fn take(
     Ok((o.allowed, o.retry_after_ms, reply))
 }
 
+/// The leases as without BLOCK, for the wait queue.
+fn lease_now(ctx: &Ctx, args: &Args, a: &parse::MconsumeArgs) -> Result<lease_wait::Try, CmdError> {
+    let (granted, retry_after_ms, reply) = take(ctx, args, a)?;
+    Ok(lease_wait::Try {
+        granted,
+        retry_after_ms,
+        reply,
+    })
+}
+
 /// One try of `TB.MCONSUME ... BLOCK ms LEASE ...` for the wait queue: the
 /// leases as without BLOCK; with `dry`, the denial, nothing written.
 fn lease_try(ctx: &Ctx, args: &Args, dry: bool) -> Result<lease_wait::Try, CmdError> {
     let a = parse::mconsume_args(args)?;
     if !dry {
-        let (granted, retry_after_ms, reply) = take(ctx, args, &a)?;
-        return Ok(lease_wait::Try {
-            granted,
-            retry_after_ms,
-            reply,
-        });
+        return lease_now(ctx, args, &a);
     }
     let now = clock::now_us();
     let keys = (0..a.requests.len())

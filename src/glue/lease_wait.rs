@@ -150,7 +150,8 @@ fn selected_db(ctx: *mut raw::RedisModuleCtx) -> c_int {
 /// Runs a `BLOCK ms` + `LEASE` call whose keys are arguments `keys`: granted
 /// now when nobody waits on its buckets and everything fits, else queued
 /// and blocked for at most `wait_ms` (answered at once when it can never
-/// fit, when `wait_ms` is 0, or when no more clients may block).
+/// fit, when `wait_ms` is 0, or when no more clients may block). `now` is
+/// `attempt` with the arguments the command parsed already.
 pub fn wait(
     ctx: &Ctx<'_>,
     args: &Args<'_>,
@@ -158,6 +159,7 @@ pub fn wait(
     keys: Range<usize>,
     event: &'static CStr,
     attempt: Attempt,
+    now: &dyn Fn(&Ctx<'_>) -> Result<Try, CmdError>,
 ) -> CmdResult {
     let db = selected_db(ctx.as_ptr());
     let qkeys: Vec<QKey> = keys.map(|i| (db, args.bytes(i).to_vec())).collect();
@@ -165,7 +167,7 @@ pub fn wait(
     let room = wait_ms > 0 && blocking::has_room(ctx);
     let mut retry = None;
     if !queued || !room {
-        let t = attempt(ctx, args, false)?;
+        let t = now(ctx)?;
         if t.granted || t.retry_after_ms < 0 || !room {
             ctx.reply().ints(&t.reply);
             return Ok(());
