@@ -450,3 +450,25 @@ fn the_next_in_line_is_served_at_the_expiry_the_first_waited_for() {
         "granted at the expiry, not at its deadline: {waited:?}"
     );
 }
+
+/// `CLIENT UNBLOCK` (without ERROR) ends the wait with the denial.
+#[test]
+fn client_unblock_answers_the_denial() {
+    let s = Server::start();
+    let mut c = s.conn();
+    ints(&mut c, &slot_call("u", "1", "60000", "0"));
+    let (mut w, id) = s.send(&slot_call("u", "1", "60000", "10000"));
+    s.wait_for("the call to wait", Duration::from_secs(10), |c| {
+        blocked(c) == 1
+    });
+    let unblocked: i64 = redis::cmd("CLIENT")
+        .arg("UNBLOCK")
+        .arg(id)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(unblocked, 1);
+    let r = answer(&mut w).unwrap();
+    assert_eq!((r[0], r[4], r[5]), (0, 0, 0), "{r:?}");
+    assert!(r[2] > 59_000, "{r:?}");
+    assert_eq!(blocked(&mut c), 0);
+}

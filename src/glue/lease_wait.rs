@@ -18,7 +18,9 @@
 //!   [`waker`], so the wait lasts the real time asked), which tries it a
 //!   last time and otherwise answers the denial (nothing written);
 //! - a module timer at once after a first-in-line call left (gone or timed
-//!   out), so the next in line is tried.
+//!   out), so the next in line is tried; unless the next asks the same,
+//!   which then takes over the readiness timer of the one that left (a
+//!   flood of waiters that hang up costs no try and no module timer).
 //!
 //! A client that disconnects (or is killed, or unblocked with an error as
 //! on a failover: `-UNBLOCKED`) leaves the queue at once and holds
@@ -198,8 +200,8 @@ fn block(
         return None;
     }
     // SAFETY: ctx is the live context of the current command; the callbacks
-    // match the signatures Redis expects; no timeout of Redis' own (a
-    // module timer ends the wait), but a timeout callback for CLIENT UNBLOCK.
+    // match the signatures Redis expects; no timeout of Redis' own (the
+    // waker ends the wait), but a timeout callback for CLIENT UNBLOCK.
     let bc = unsafe {
         raw::RedisModule_BlockClient.unwrap()(
             ctx.as_ptr(),
