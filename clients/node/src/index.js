@@ -698,9 +698,12 @@ export class TokenBucket {
    */
   async _leaseBlock(n, ttl, deadline, signal) {
     const limiter = this.limiter;
+    let backoff = 10;
     for (;;) {
       signal?.throwIfAborted();
       const left = deadline === null ? limiter.maxWaitMs : Math.max(0, deadline - Date.now());
+      const started = Date.now();
+      let asked = left;
       const conn = await limiter._lease();
       let broken = false;
       const done = limiter
@@ -708,7 +711,10 @@ export class TokenBucket {
           limiter._run(conn, 'TB.CONSUME', [this.key], this._args(n, 'LEASE', String(ttl), 'BLOCK', String(w))),
         )
         .then(
-          ({ reply }) => Result.fromReply(reply),
+          ({ reply, windowMs }) => {
+            asked = windowMs;
+            return Result.fromReply(reply);
+          },
           (e) => {
             broken = !(e instanceof CommandError);
             if (limiter.backend === 'lua' || /LEASE cannot be combined/.test(String(e.message))) return null;
@@ -719,6 +725,13 @@ export class TokenBucket {
       const r = await (signal ? abortable(done, signal, (g) => (g?.leaseId ? this.release(g.leaseId) : null)) : done);
       if (r === null || r.allowed) return r;
       if (r.never || (deadline !== null && Date.now() >= deadline)) throw new RateLimited(this.key, r);
+      if (Date.now() - started < 0.9 * asked) {
+        // Answered without waiting (the server's tb.max-blocked or memory
+        // bound): back off as polling does.
+        const rest = deadline === null ? Infinity : deadline - Date.now();
+        await pause(Math.max(1, Math.min(backoff, r.retryAfterMs, rest)), signal);
+        backoff = Math.min(backoff * 2, 500);
+      }
     }
   }
 

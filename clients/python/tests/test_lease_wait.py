@@ -11,7 +11,7 @@ import redis
 import redis.asyncio as aredis
 
 from tbserver import Server
-from tb_limiter import AsyncLimiter, Limiter
+from tb_limiter import AsyncLimiter, Limiter, RateLimited
 
 
 def _consume_calls(server: Server) -> int:
@@ -76,3 +76,29 @@ def test_async_lease_many_waits_server_side_one_call(module_server: Server) -> N
         assert after - before == 1, "one TB.MCONSUME for the wait and the grant"
 
     asyncio.run(main())
+
+
+def test_a_server_that_will_not_hold_the_wait_is_not_hammered(module_server: Server) -> None:
+    """Past the server's tb.max-blocked it answers BLOCK at once: the client
+    then backs off as polling does, rather than calling in a tight loop."""
+    module_server.client().flushall()
+    admin = module_server.client()
+    admin.execute_command("TB.CONFIG", "SET", "max-blocked", "0")  # type: ignore[no-untyped-call]
+    try:
+        lim = Limiter(module_server.client(), blocking_client=redis.Redis(port=module_server.port))
+        slot = lim.bucket("rl:lw:full", 0, 1)
+        held = slot.lease(ttl=60)
+        held.__enter__()
+        before = _consume_calls(module_server)
+        start = time.monotonic()
+        try:
+            with slot.lease(ttl=60, timeout=0.5):
+                raise AssertionError("the slot is held")
+        except RateLimited:
+            pass
+        assert time.monotonic() - start >= 0.45
+        calls = _consume_calls(module_server) - before
+        assert 1 <= calls <= 12, f"{calls} calls in 0.5 s: backing off from 10 ms to 500 ms"
+        held.__exit__(None, None, None)
+    finally:
+        admin.execute_command("TB.CONFIG", "SET", "max-blocked", "10000")  # type: ignore[no-untyped-call]

@@ -251,9 +251,11 @@ def _lease_wait(server: ServerState, call: Call, parse: Callable[[Any], Any], na
     dedicated blocking connection; polls, backing off, where it cannot: the
     Lua fallback, no blocking connection, or a module without it."""
     deadline = None if timeout is None else time.monotonic() + timeout
+    pause = LEASE_POLL[0]
     if server.backend != "lua":
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            started = time.monotonic()
 
             def run(m: int) -> Plan[Any]:
                 return (yield Block(lambda cap: Call(call.name, call.keys, (*call.args, "BLOCK", str(cap))), m))
@@ -273,6 +275,14 @@ def _lease_wait(server: ServerState, call: Call, parse: Callable[[Any], Any], na
                 return r
             if r.never or (deadline is not None and time.monotonic() >= deadline):
                 raise RateLimited(name, r)
+            if time.monotonic() - started < 0.9 * out[0] / 1000:
+                # Answered without waiting (the server's tb.max-blocked or
+                # memory bound): back off as polling does.
+                wait = min(pause, r.retry_after_ms / 1000)
+                if deadline is not None:
+                    wait = min(wait, deadline - time.monotonic())
+                yield Sleep(max(0.001, wait))
+                pause = min(pause * 2, LEASE_POLL[1])
     left = None if deadline is None else max(0.0, deadline - time.monotonic())
     return (yield from _poll(lambda: execute(server, call), parse, name, left))
 
