@@ -10,7 +10,7 @@
 // leaseProcessor.
 
 import assert from 'node:assert/strict';
-import { readFileSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
@@ -35,7 +35,7 @@ function docFiles() {
   for (const top of ['clients', 'examples']) {
     for (const name of readdirSync(path.join(REPO, top))) {
       const p = path.join(REPO, top, name, 'README.md');
-      if (statSync(p, { throwIfNoEntry: false })) out.push(p);
+      if (existsSync(p)) out.push(p);
     }
   }
   return out;

@@ -13,7 +13,7 @@
 
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -58,7 +58,7 @@ function docFiles() {
   for (const top of ['clients', 'examples']) {
     for (const name of readdirSync(path.join(REPO, top))) {
       const readme = path.join(REPO, top, name, 'README.md');
-      if (statSync(readme, { throwIfNoEntry: false })) out.push(readme);
+      if (existsSync(readme)) out.push(readme);
     }
   }
   return out;
