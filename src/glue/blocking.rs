@@ -364,9 +364,7 @@ extern "C" fn unblocked_early(
         };
         match remove(bc) {
             Some(w) => {
-                let left = waker::stop(w.timer).map_or(0, |(left, _)| left.as_millis());
-                // Whole milliseconds, rounded up: never optimistic.
-                let left_ms = (left + u128::from(left > 0)).min(i64::MAX as u128) as i64;
+                let left_ms = waker::stop(w.timer).map_or(0, |(left, _)| waker::ceil_ms(left));
                 r.ints(&w.reply(ctx, left_ms));
                 hand_back(bc, None);
             }
