@@ -16,7 +16,7 @@
 NODE_DIR := $(CURDIR)/clients/node
 # Defaults when this fragment is used without the top Makefile's variables.
 MODULE ?= $(CURDIR)/target/release/libtb.so
-APT_INSTALL ?= apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y
+APT ?= $(CURDIR)/mk/apt.sh
 # A test that hangs fails after 5 minutes instead of holding make test.
 NODE_TEST := node --test --test-concurrency=1 --test-timeout=300000 --test-reporter=spec
 
@@ -37,16 +37,7 @@ node-deps: ## node and npm (apt-get when root and missing), npm ci in clients/no
 	@missing=""; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
 	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" -eq 0 ]; then \
-	    echo "==> installing:$$missing"; \
-	    $(APT_INSTALL) $$missing; \
-	  else \
-	    echo "error: missing packages:$$missing. Install them with:" >&2; \
-	    echo "  sudo apt-get install -y$$missing" >&2; \
-	    exit 1; \
-	  fi; \
-	fi
+	$(APT) "the Node client and its tests" $$missing
 	@node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)' || { \
 	  echo "error: the Node suite needs Node.js 20 or later (node-redis 6 and ioredis 6, which it" >&2; \
 	  echo "  tests, require it); found $$(node --version). Debian 12's nodejs package is 18; Debian 13's" >&2; \
