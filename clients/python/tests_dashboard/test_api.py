@@ -4,6 +4,7 @@ reads every node and merges their top keys."""
 
 from __future__ import annotations
 
+import http.client
 from typing import Any, Callable, Dict, Tuple
 
 import redis
@@ -138,3 +139,66 @@ def test_cluster_mode_reads_every_node_and_merges(dashboard_factory: Any) -> Non
         rc.close()
     finally:
         cluster.stop()
+
+
+def get_with_host(d: Dashboard, path: str, host: str) -> Tuple[int, bytes]:
+    """GET ``path`` from the dashboard with ``host`` as the Host header."""
+    conn = http.client.HTTPConnection("127.0.0.1", d.port, timeout=10)
+    try:
+        conn.putrequest("GET", path, skip_host=True)
+        conn.putheader("Host", host)
+        conn.endheaders()
+        r = conn.getresponse()
+        return r.status, r.read()
+    finally:
+        conn.close()
+
+
+def test_no_password_in_the_url_reaches_the_page(server: Any, dashboard_factory: Any) -> None:
+    admin = server.client()
+    setuser(admin, "ro", READ_ONLY_RULES.replace(">ro-secret", ">q-secret"))
+    command(admin, "TB.CONSUME", "rl:x", "1/h", "1")
+    # redis-py takes the credentials from the query string as well.
+    d = dashboard_factory("redis://127.0.0.1:%d/0?username=ro&password=q-secret" % server.port, "--interval", "0.2")
+    s = d.wait_snapshot("a reading", lambda s: s["ready"])
+    assert s["errors"] == [] and s["nodes"][0]["error"] is None, "the query-string credentials were used"
+    for path in ("/", "/api/snapshot", "/metrics"):
+        status, body = d.get(path)
+        assert status == 200 and b"q-secret" not in body, path
+    assert "password=***" in s["source"], s["source"]
+    assert "q-secret" not in d.output()
+
+
+def test_only_allowed_host_headers_are_answered(server: Any, dashboard_factory: Any) -> None:
+    d = dashboard_factory("redis://127.0.0.1:%d/0" % server.port, "--allow-host", "dash.internal")
+    for host in ("127.0.0.1:%d" % d.port, "localhost:%d" % d.port, "[::1]:%d" % d.port, "LOCALHOST.", "dash.internal:80"):
+        assert get_with_host(d, "/api/snapshot", host)[0] == 200, host
+    # A DNS-rebinding page reaches the dashboard's address under its own name.
+    for host in ("attacker.example:%d" % d.port, "attacker.example", "127.0.0.1.attacker.example", "", "dash.internal.evil"):
+        for path in ("/", "/api/snapshot", "/metrics"):
+            status, body = get_with_host(d, path, host)
+            assert status == 400 and b"rl:" not in body, (host, path, status)
+
+
+def test_metrics_label_every_key_exactly(server: Any, dashboard_factory: Any) -> None:
+    admin = server.client()
+    # Keys that a lossy decoding merges (a byte that is not UTF-8 and its
+    # backslash spelling), and a NUL that the text format must not carry.
+    keys = [b"rl:\xff", b"rl:\\xff", b"rl:a\x00b", b"rl:a\\x00b", b"rl:q\"\n"]
+    for i, k in enumerate(keys):
+        for _ in range(i + 2):
+            command(admin, "TB.CONSUME", k, "1/h", "1")
+    d = dashboard_factory("redis://127.0.0.1:%d/0" % server.port, "--interval", "0.2")
+    d.wait_snapshot("every key listed", lambda s: len(s["top_denied"]["keys"]) == len(keys))
+    status, body = d.get("/metrics")
+    assert status == 200 and b"\x00" not in body
+    m = metrics(d)
+    labels = {dict(lbl)["key"]: round(v) for (name, lbl), v in m.items() if name == "tb_top_denied"}
+    assert labels == {
+        "rl:\\xff": 1.0,
+        "rl:\\\\xff": 2.0,
+        "rl:a\\x00b": 3.0,
+        "rl:a\\\\x00b": 4.0,
+        "rl:q\"\\x0a": 5.0,
+    }, labels
+    assert sorted(k["key"] for k in d.snapshot()["top_denied"]["keys"]) == sorted(labels)

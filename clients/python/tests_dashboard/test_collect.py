@@ -92,6 +92,12 @@ def test_histogram_window_and_reservations_only() -> None:
         ("redis://u:secret@h:6379/0", "redis://u:***@h:6379/0"),
         ("redis://:secret@h/0", "redis://:***@h/0"),
         ("redis://h:6379/0", "redis://h:6379/0"),
+        ("redis://h:6379/0?password=secret&db=1", "redis://h:6379/0?password=***&db=1"),
+        ("redis://h/0?username=u&password=s%40cret", "redis://h/0?username=u&password=***"),
+        ("rediss://u:secret@h/0?ssl_password=secret", "rediss://u:***@h/0?ssl_password=***"),
+        ("unix:///run/r.sock?password=secret", "unix:///run/r.sock?password=***"),
+        # An unescaped '#' ends the URL early: no piece of the password shows.
+        ("redis://u:sec#ret@h/0", "redis://***"),
     ],
 )
 def test_redact_hides_the_password(url: str, shown: str) -> None:
