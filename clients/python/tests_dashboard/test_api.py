@@ -7,12 +7,14 @@ from __future__ import annotations
 import http.client
 from typing import Any, Callable, Dict, Tuple
 
+import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from tb_limiter.dashboard.collect import command
 
 from conftest import APP_RULES, DASHBOARD_EXTRA, Dashboard, Workload, setuser, workload_client
+from tbserver import REPO
 
 #: The dashboard on its own: read-only, no limiter command that writes.
 READ_ONLY_RULES = "on >ro-secret resetkeys ~rl:* resetchannels -@all +info +tb.top +tb.info"
@@ -202,3 +204,39 @@ def test_metrics_label_every_key_exactly(server: Any, dashboard_factory: Any) ->
         "rl:q\"\\x0a": 5.0,
     }, labels
     assert sorted(k["key"] for k in d.snapshot()["top_denied"]["keys"]) == sorted(labels)
+
+
+def documented_user(name: str) -> str:
+    """The rules of ``user NAME ...`` as the docs (README.md, docs/) give them."""
+    docs = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    found = [
+        line.split(None, 2)[2]
+        for path in docs
+        for line in path.read_text().splitlines()
+        if line.startswith("user %s " % name)
+    ]
+    assert len(found) == 1, "expected one 'user %s' line in the docs, found %r" % (name, found)
+    return found[0]
+
+
+def test_metrics_need_no_scripting_as_the_documented_user(server: Any, dashboard_factory: Any) -> None:
+    """The docs' recommended way to collect metrics: the dashboard's
+    /metrics read as the user they give, which cannot run a script."""
+    admin = server.client()
+    setuser(admin, "metrics", documented_user("metrics"))
+    for _ in range(3):
+        command(admin, "TB.CONSUME", "rl:m", "1/h", "1")
+    d = dashboard_factory("redis://metrics:metrics-secret@127.0.0.1:%d/0" % server.port, "--interval", "0.2")
+    d.wait_snapshot("rl:m listed", lambda s: bool(s["top_denied"]["keys"]))
+    settle(d)
+    m = metrics(d)
+    node = "127.0.0.1:%d" % server.port
+    info = admin.info("tb")
+    assert m[sample("tb_calls_total", node=node)] == info["tb_calls"]
+    assert m[sample("tb_denied_total", node=node)] == info["tb_denied"] == 2
+    assert round(m[sample("tb_top_denied", key="rl:m")]) == 2
+    assert acl_denials(admin, "metrics") == []
+    as_user = redis.Redis(host="127.0.0.1", port=server.port, username="metrics", password="metrics-secret")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        as_user.eval("return 1", 0)
+    as_user.close()
