@@ -64,7 +64,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         import uvicorn
 
-        from .app import create_app
+        from .app import WILDCARDS, create_app
         from .sampler import Sampler
     except ImportError as e:
         print("error: %s; install the dashboard's dependencies: pip install 'tb-limiter[dashboard]'" % e, file=sys.stderr)
@@ -81,6 +81,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     app = create_app(sampler, metrics_top_keys=a.metrics_top_keys, allowed_hosts=[a.host, *a.allow_host])
     print("tb dashboard for %s on http://%s:%d/ (metrics: /metrics)" % (sampler.source, a.host, a.port), flush=True)
+    if a.host in WILDCARDS and not a.allow_host:
+        print(
+            "note: only requests naming a loopback host are answered; add --allow-host NAME "
+            "for each name or address clients reach this host by",
+            flush=True,
+        )
     uvicorn.run(app, host=a.host, port=a.port, log_level="warning")
     return 0
 
