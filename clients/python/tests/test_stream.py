@@ -191,3 +191,42 @@ async def test_streams_sharing_a_binding_global_cap_make_one_call_per_chunk(serv
     assert elapsed >= (chunks * CHUNK - 2 * CHUNK) / RATE - 0.01
 
     await client.aclose()
+
+
+def test_sync_streams_sharing_a_binding_global_cap_make_one_call_per_chunk(server: Server) -> None:
+    """The same with the blocking client, one thread per stream."""
+    import threading
+
+    lim = Limiter(server.client())
+    glob = lim.bucket("bw:sync-shared", RATE, 2 * CHUNK)
+    glob.peek()
+    streams = 2
+    per_stream = 12 * CHUNK
+    sent = [0] * streams
+    errors: list[BaseException] = []
+
+    def one(i: int) -> None:
+        try:
+            user = Limiter(server.client()).bucket("bw:sync-u%d" % i, RATE, 2 * CHUNK)
+            for piece in pace_sync((b"t" * CHUNK for _ in range(per_stream // CHUNK)), user,
+                                   lim.bucket("bw:sync-shared", RATE, 2 * CHUNK), chunk=CHUNK):
+                sent[i] += len(piece)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    before = calls(server)
+    start = time.monotonic()
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(streams)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    elapsed = time.monotonic() - start
+    assert not errors, errors
+    made = calls(server) - before
+    chunks = streams * per_stream // CHUNK
+    print(f"sync calls per chunk: {made / chunks:.2f} ({made} calls, {chunks} chunks, {elapsed:.2f} s)")
+    assert sent == [per_stream] * streams
+    refunds = 0 if server.with_module else streams
+    assert made <= chunks + refunds, f"{made} calls for {chunks} chunks"
+    assert elapsed >= (chunks * CHUNK - 2 * CHUNK) / RATE - 0.01
