@@ -190,6 +190,13 @@ def test_metrics_label_every_key_exactly(server: Any, dashboard_factory: Any) ->
     for i, k in enumerate(keys):
         for _ in range(i + 2):
             command(admin, "TB.CONSUME", k, "1/h", "1")
+    # Two names TB.TOP counts as one (it keeps 256 bytes of a name): their
+    # label says it is a prefix.
+    long = b"rl:" + b"L" * 300
+    for k in (long + b"1", long + b"2"):
+        for _ in range(4):
+            command(admin, "TB.CONSUME", k, "1/h", "1")
+    keys.append(long)
     d = dashboard_factory("redis://127.0.0.1:%d/0" % server.port, "--interval", "0.2")
     d.wait_snapshot("every key listed", lambda s: len(s["top_denied"]["keys"]) == len(keys))
     status, body = d.get("/metrics")
@@ -202,6 +209,7 @@ def test_metrics_label_every_key_exactly(server: Any, dashboard_factory: Any) ->
         "rl:a\\x00b": 3.0,
         "rl:a\\\\x00b": 4.0,
         "rl:q\"\\x0a": 5.0,
+        "rl:" + "L" * 253 + "\u2026": 6.0,
     }, labels
     assert sorted(k["key"] for k in d.snapshot()["top_denied"]["keys"]) == sorted(labels)
 

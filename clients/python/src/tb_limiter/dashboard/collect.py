@@ -85,15 +85,22 @@ def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+#: Bytes of a key name TB.TOP keeps: longer names are counted under their
+#: first KEY_MAX bytes (src/topkeys.rs).
+KEY_MAX = 256
+
+
 def key_text(key: bytes) -> str:
     """A key name as text, one text per name (the page and ``/metrics``
     show this): valid UTF-8 stays as it is, except that a backslash is
     written ``\\\\``, a byte that is not UTF-8 or an ASCII control
     character (NUL included) ``\\xNN``, and a C1 control character
-    ``\\u00NN``. No two names give the same text, and the text holds no
-    control character."""
+    ``\\u00NN``; a name of ``KEY_MAX`` bytes, which TB.TOP may have cut
+    (it counts every name that starts so), ends in ``…``. No two names give
+    the same text, and the text holds no control character."""
+    cut = "\u2026" if len(key) >= KEY_MAX else ""
     out = []
-    for ch in key.decode("utf-8", "surrogateescape"):
+    for ch in key[:KEY_MAX].decode("utf-8", "surrogateescape"):
         o = ord(ch)
         if ch == "\\":
             out.append("\\\\")
@@ -105,7 +112,7 @@ def key_text(key: bytes) -> str:
             out.append("\\u%04x" % o)
         else:
             out.append(ch)
-    return "".join(out)
+    return "".join(out) + cut
 
 
 def parse_top(reply: Sequence[Any], node: str = "") -> TopList:
