@@ -17,12 +17,13 @@ EXTRA_TESTS += test-docs
 
 # The python blocks run against the client as users get it: `python -m
 # build` makes the sdist and, from it, the wheel (target/python-dist); each
-# is installed, with the extras the blocks import, into a fresh venv. The
-# wheel's venv runs the harness and every block (sh blocks find its python
-# on PATH); the sdist's runs the python blocks again. test_installed.py
-# checks, in both, that the client is the installed one and holds every
-# file of clients/python/src (tb.lua, py.typed, the dashboard's static
-# files). js blocks run with the Node client's packages (mk/node.mk).
+# is installed, with the extras the blocks import, into a fresh venv, and
+# the python blocks run in each; test_installed.py checks, in both, that the
+# client is the installed one and holds every file of clients/python/src
+# (tb.lua, py.typed, the dashboard's static files). Then the other blocks
+# run in the wheel's venv (sh blocks find its python on PATH; one of them
+# pip-installs ./clients/python into it, so they come last); js blocks run
+# with the Node client's packages (mk/node.mk).
 PY_DIST := $(CURDIR)/target/python-dist
 DOCS_WHEEL_VENV := $(PY_DIR)/.venv-docs-wheel
 DOCS_SDIST_VENV := $(PY_DIR)/.venv-docs-sdist
@@ -46,9 +47,11 @@ docs-venvs: python-dist
 
 test-docs: build redis8 docs-venvs node-deps
 	cd $(CURDIR)/tools/doctest && $(DOCS_WHEEL_VENV)/bin/python -m mypy .
-	@echo "== docs blocks, the client installed from its wheel"
-	cd $(CURDIR)/tools/doctest && TEST_SERVERS="$(TEST_SERVERS)" TB_MODULE=$(MODULE) \
-	  $(DOCS_WHEEL_VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
-	@echo "== python docs blocks, the client installed from its sdist"
-	cd $(CURDIR)/tools/doctest && TEST_SERVERS="$(TEST_SERVERS)" TB_MODULE=$(MODULE) DOCTEST_LANGS=python \
-	  $(DOCS_SDIST_VENV)/bin/python -m pytest -q test_docs.py test_installed.py $(PYTEST_ARGS)
+	@for kind in wheel sdist; do \
+	  echo "== python docs blocks, the client installed from its $$kind"; \
+	  (cd $(CURDIR)/tools/doctest && TEST_SERVERS="$(TEST_SERVERS)" TB_MODULE=$(MODULE) DOCTEST_LANGS=python \
+	    $(PY_DIR)/.venv-docs-$$kind/bin/python -m pytest -q test_docs.py test_installed.py $(PYTEST_ARGS)) || exit 1; \
+	done
+	@echo "== the other docs blocks, and the harness' own tests"
+	cd $(CURDIR)/tools/doctest && TEST_SERVERS="$(TEST_SERVERS)" TB_MODULE=$(MODULE) DOCTEST_LANGS=-python \
+	  $(DOCS_WHEEL_VENV)/bin/python -m pytest -q --ignore=test_installed.py $(PYTEST_ARGS)
