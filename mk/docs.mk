@@ -25,8 +25,7 @@ EXTRA_TESTS += test-docs
 # pip-installs ./clients/python into it, so they come last); js blocks run
 # with the Node client's packages (mk/node.mk).
 PY_DIST := $(CURDIR)/target/python-dist
-DOCS_WHEEL_VENV := $(PY_DIR)/.venv-docs-wheel
-DOCS_SDIST_VENV := $(PY_DIR)/.venv-docs-sdist
+DOCS_WHEEL_VENV = $(PY_DIR)/.venv-docs-wheel
 DOCS_EXTRAS := [test,dashboard]
 
 .PHONY: python-dist docs-venvs
