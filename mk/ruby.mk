@@ -12,7 +12,7 @@ RUBY_DIR := $(CURDIR)/clients/ruby
 RUBY_GEM_HOME := $(CURDIR)/target/ruby-gems
 RUBY_PACKAGES := ruby ruby-redis ruby-sidekiq ruby-connection-pool ruby-minitest
 MODULE ?= $(CURDIR)/target/release/libtb.so
-APT_INSTALL ?= apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y
+APT ?= $(CURDIR)/mk/apt.sh
 
 .PHONY: ruby-deps ruby-gem test-ruby
 
@@ -23,16 +23,7 @@ EXTRA_TESTS += test-ruby
 ruby-deps: ## ruby, redis-rb, Sidekiq and minitest from Debian (apt-get when root and missing)
 	@missing=""; \
 	for p in $(RUBY_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" -eq 0 ]; then \
-	    echo "==> installing:$$missing"; \
-	    $(APT_INSTALL) $$missing; \
-	  else \
-	    echo "error: missing packages:$$missing. Install them with:" >&2; \
-	    echo "  sudo apt-get install -y$$missing" >&2; \
-	    exit 1; \
-	  fi; \
-	fi
+	$(APT) "the Ruby client and its tests" $$missing
 
 # The gem, built from clients/ruby and installed into a fresh GEM_HOME.
 ruby-gem: ruby-deps lua-check ## build the tb-limiter gem and install it into target/ruby-gems

@@ -461,13 +461,19 @@ NODE_PACKAGE = ROOT / "clients" / "node"
 
 def run_js(ctx: Context) -> None:
     """An ES module (top-level await works), run by the Node client's
-    clients/node/tools/run-block.js in a scratch project where tb-limiter is
-    installed beside node-redis, ioredis and bullmq (``make node-deps``)."""
+    clients/node/tools/run-block.js in a scratch directory of the user's
+    project TB_NODE_PROJECT names, where tb-limiter is installed as users
+    install it, outside the repository, beside the newest node-redis, ioredis
+    and bullmq (``make node-installed`` makes it and prints its path)."""
     node = shutil.which("node")
     if node is None:
         raise RuntimeError("node is not installed: run `make node-deps`")
-    if not (NODE_PACKAGE / "node_modules").is_dir():
-        raise RuntimeError("clients/node has no node_modules: run `make node-deps`")
+    project = os.environ.get("TB_NODE_PROJECT")
+    if not project or not (Path(project) / "node_modules" / "tb-limiter").exists():
+        raise RuntimeError(
+            f"TB_NODE_PROJECT={project!r} is not a project with tb-limiter installed: run `make node-installed`"
+        )
+    ctx.env["TB_NODE_PROJECT"] = project
     script = ctx.scratch / "block.mjs"
     script.write_text(ctx.text())
     runner = NODE_PACKAGE / "tools" / "run-block.js"
