@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Generator, Literal, Mapping, Sequence, TypeVar, Union, cast
 
+from redis.exceptions import RedisClusterException
+
 from ._protocol import (
     DEFAULT_MAX_WAIT_MS,
     SCRIPT,
@@ -78,6 +80,20 @@ class Block:
 
 Step = Union[Command, Sleep, Block]
 Plan = Generator[Step, Any, T]
+
+
+def cluster_target(args: Sequence[Any], keyslot: Callable[[Any], int]) -> Any:
+    """The key a cluster client routes ``args`` by, when it would otherwise
+    ask the server (``COMMAND GETKEYS``, for TB.MCONSUME's movable keys):
+    the first key, once ``keyslot`` shows every key of the call shares its
+    slot (else ``RedisClusterException``, as redis-py raises, nothing sent).
+    None for the commands a cluster client routes by itself."""
+    if len(args) < 3 or args[0] != "TB.MCONSUME":
+        return None
+    keys = args[2 : 2 + int(args[1])]
+    if len({keyslot(k) for k in keys}) > 1:
+        raise RedisClusterException("TB.MCONSUME - all keys must map to the same key slot")
+    return keys[0]
 
 
 def block_cap(ms: int, socket_timeout: float | None) -> int | None:

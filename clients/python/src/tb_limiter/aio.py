@@ -76,6 +76,7 @@ class AsyncLimiter:
         self._server = _core.ServerState(None if backend == "auto" else backend)
         self._blocking = blocking_client
         self._tasks: set[asyncio.Task[None]] = set()
+        self._ready: _Ready | None = None
 
     @classmethod
     def from_url(
@@ -217,7 +218,7 @@ class AsyncLimiter:
                 return cast(T, done.value)
             value, error = None, None
             if isinstance(step, Command):
-                task = asyncio.ensure_future(self.client.execute_command(*step.args))
+                task = asyncio.ensure_future(self._command(step.args))
                 try:
                     value = await asyncio.shield(task)
                 except asyncio.CancelledError as e:
@@ -245,6 +246,33 @@ class AsyncLimiter:
                     raise
                 except BaseException as e:  # noqa: BLE001
                     error = e
+
+    async def _command(self, args: tuple[str | bytes | int, ...]) -> Any:
+        client = self.client
+        run: Callable[..., Awaitable[Any]] = client.execute_command
+        if not isinstance(client, AsyncRedisCluster):
+            return await run(*args)
+        await self._initialized(client)
+        target = _core.cluster_target(args, client.keyslot)
+        if target is None:
+            return await run(*args)
+        node: Callable[[Any], Any] = client.get_node_from_key
+        return await run(*args, target_nodes=node(target))
+
+    async def _initialized(self, client: AsyncRedisCluster) -> None:
+        """Initialises a cluster client once, under a lock, before its first
+        command: redis-py 8.1's async cluster client fails concurrent first
+        calls on a fresh client (``'NoneType' object has no attribute
+        'writelines'``). Initialising an initialised client does nothing."""
+        ready = self._ready
+        if ready is None or ready.client is not client:
+            ready = self._ready = _Ready(client)
+        if ready.done:
+            return
+        async with ready.lock:
+            if not ready.done:
+                await client.initialize()
+                ready.done = True
 
     async def _after_cancel(
         self, plan: Plan[Any], pending: asyncio.Future[Any] | None, items: Sequence[tuple[BucketSpec, int]]
@@ -294,6 +322,15 @@ class AsyncLimiter:
             raise
         finally:
             await pool.release(conn)
+
+
+class _Ready:
+    """Whether a cluster client was initialised (see ``_initialized``)."""
+
+    __slots__ = ("client", "lock", "done")
+
+    def __init__(self, client: AsyncRedisCluster) -> None:
+        self.client, self.lock, self.done = client, asyncio.Lock(), False
 
 
 async def _get_connection(pool: Any) -> Any:

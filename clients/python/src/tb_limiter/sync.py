@@ -240,14 +240,24 @@ class Limiter:
             value, error = None, None
             try:
                 if isinstance(step, Command):
-                    run: Callable[..., Any] = self.client.execute_command
-                    value = run(*step.args)
+                    value = self._command(step.args)
                 elif isinstance(step, Sleep):
                     time.sleep(step.seconds)
                 elif isinstance(step, Block):
                     value = self._block(step)
             except BaseException as e:  # noqa: BLE001 (thrown into the plan, which decides)
                 error = e
+
+    def _command(self, args: tuple[str | bytes | int, ...]) -> Any:
+        client = self.client
+        run: Callable[..., Any] = client.execute_command
+        if not isinstance(client, RedisCluster):
+            return run(*args)
+        target = _core.cluster_target(args, client.keyslot)
+        if target is None:
+            return run(*args)
+        node: Callable[[Any], Any] = client.get_node_from_key
+        return run(*args, target_nodes=node(target))
 
     def _block(self, step: Block) -> tuple[int, Any] | None:
         """``TB.CONSUME ... BLOCK`` on a connection of the blocking client,
