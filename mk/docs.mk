@@ -17,8 +17,8 @@ EXTRA_TESTS += test-docs
 
 # The Python venv of mk/python.mk (the client installed as users install it)
 # runs the harness and the python blocks; js blocks run with the Node
-# client's packages (mk/node.mk).
-test-docs: build redis8 python-venv node-deps
+# client's packages (mk/node.mk), ruby blocks with the gem (mk/ruby.mk).
+test-docs: build redis8 python-venv node-deps ruby-gem
 	@$(PY) -m pip install --quiet --disable-pip-version-check $(DOCTEST_PIP)
 	cd $(CURDIR)/tools/doctest && $(PY) -m mypy .
 	cd $(CURDIR)/tools/doctest && TEST_SERVERS="$(TEST_SERVERS)" TB_MODULE=$(MODULE) \

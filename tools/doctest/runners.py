@@ -129,6 +129,9 @@ def prepare_env(ctx: Context) -> None:
         (ctx.scratch / name).write_text(ctx.point(text, user))
     # Python blocks and background commands import the file= blocks.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ctx.scratch), env.get("PYTHONPATH")]))
+    # Ruby blocks and background commands (a Sidekiq worker) load the gem
+    # as `make ruby-gem` installed it.
+    env["GEM_HOME"] = str(RUBY_GEM_HOME)
     ctx.env = env
 
 
@@ -472,6 +475,24 @@ def run_js(ctx: Context) -> None:
     check_output(ctx, printed)
 
 
+RUBY_GEM_HOME = ROOT / "target" / "ruby-gems"
+
+
+def run_ruby(ctx: Context) -> None:
+    """A Ruby script, run with Debian's ruby against the tb-limiter gem as
+    ``make ruby-gem`` builds and installs it (target/ruby-gems), beside
+    Debian's redis-rb and Sidekiq."""
+    ruby = shutil.which("ruby")
+    if ruby is None:
+        raise RuntimeError("ruby is not installed: run `make ruby-deps`")
+    if not list((RUBY_GEM_HOME / "gems").glob("tb-limiter-*")):
+        raise RuntimeError(f"the tb-limiter gem is not installed in {RUBY_GEM_HOME}: run `make ruby-gem`")
+    script = ctx.scratch / "block.rb"
+    script.write_text(ctx.text())
+    printed = _run([ruby, str(script)], ctx, ctx.scratch, "the block")
+    check_output(ctx, printed)
+
+
 RUNNERS: dict[str, Callable[[Context], None]] = {
     "console": run_console,
     "sh": run_sh,
@@ -481,6 +502,7 @@ RUNNERS: dict[str, Callable[[Context], None]] = {
     "rust": run_rust,
     "js": run_js,
     "javascript": run_js,
+    "ruby": run_ruby,
 }
 
 
