@@ -1,63 +1,32 @@
-"""``tb_limiter.celery.leased`` with a real Celery worker (issue 18 item 7):
-RPM + TPM + in flight in one leased call; a denied task requeues with the
-server's wait (no worker process sleeps waiting), the estimate is settled
+"""``tb_limiter.celery.leased`` with a real Celery worker of leased_app.py
+(issue 18 item 7): RPM + TPM + in flight in one leased call; a denied task
+requeues with the server's wait (no worker process sleeps waiting), the estimate is settled
 after the call, a failed call keeps its estimate, ``NotSent`` gives back."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from tbserver import Server
-
 HERE = Path(__file__).resolve().parent
-READY_DEADLINE = 60.0
+sys.path.insert(0, str(HERE))
+
+from scenario import worker  # noqa: E402
+from tbserver import Server  # noqa: E402
+
 TASKS = 10
-
-
-@contextlib.contextmanager
-def worker(url: str, logfile: Path, concurrency: int) -> Iterator[None]:
-    env = dict(os.environ, TB_REDIS_URL=url)
-    cmd = [sys.executable, "-m", "celery", "-A", "celery_leased_app", "worker", "--pool=prefork",
-           f"--concurrency={concurrency}", "--without-gossip", "--without-mingle", "--without-heartbeat",
-           "--loglevel=INFO", f"--logfile={logfile}"]
-    proc = subprocess.Popen(cmd, cwd=HERE, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.monotonic() + READY_DEADLINE
-        while b" ready." not in (logfile.read_bytes() if logfile.exists() else b""):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log = logfile.read_text()[-3000:] if logfile.exists() else "(no log)"
-                raise RuntimeError(f"celery worker not ready (exit {proc.poll()}):\n{log}")
-            time.sleep(0.1)
-        yield
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                pass
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(5)
 
 
 def test_leased_tasks_keep_every_limit(module_server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     client = module_server.client()
     client.flushall()
     monkeypatch.setenv("TB_REDIS_URL", module_server.url)
-    sys.modules.pop("celery_leased_app", None)
-    import celery_leased_app as app
+    sys.modules.pop("leased_app", None)
+    import leased_app as app
 
-    with worker(module_server.url, tmp_path / "worker.log", concurrency=5):
+    with worker(module_server.url, "", concurrency=5, logfile=tmp_path / "worker.log", app="leased_app"):
         jobs = [app.call.delay(300, 120 + i, "") for i in range(TASKS)]
         outs = [j.get(timeout=60) for j in jobs]
         # A failed call: its estimate stays charged, its slot held.

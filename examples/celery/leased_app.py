@@ -1,4 +1,4 @@
-"""The Celery app of test_celery_leased.py: a task leased on RPM + TPM + in
+"""The Celery app of test_leased.py: a task leased on RPM + TPM + in
 flight (``tb_limiter.celery.leased``) around a 0.3 s stand-in call, which
 records when it ran in Redis."""
 
