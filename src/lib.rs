@@ -19,6 +19,7 @@ pub mod parse;
 pub mod settings;
 pub mod topkeys;
 pub mod version;
+pub mod waitq;
 
 #[cfg(all(feature = "module", not(test)))]
 mod commands;

@@ -127,7 +127,8 @@ fn insert(bc: Handle, w: Waiter) {
     WAITING.with(|all| {
         let mut all = all.borrow_mut();
         all.insert(bc as usize, w);
-        stats::BLOCKED_NOW.store(all.len() as i64, Ordering::Relaxed);
+        let n = all.len() + super::lease_wait::count();
+        stats::BLOCKED_NOW.store(n as i64, Ordering::Relaxed);
     })
 }
 
@@ -137,9 +138,15 @@ fn remove(bc: Handle) -> Option<Waiter> {
     WAITING.with(|all| {
         let mut all = all.borrow_mut();
         let w = all.remove(&(bc as usize));
-        stats::BLOCKED_NOW.store(all.len() as i64, Ordering::Relaxed);
+        let n = all.len() + super::lease_wait::count();
+        stats::BLOCKED_NOW.store(n as i64, Ordering::Relaxed);
         w
     })
+}
+
+/// Number of clients waiting for a reservation (not for a lease).
+pub fn count() -> usize {
+    WAITING.with(|all| all.borrow().len())
 }
 
 /// Used memory, as a fraction of `maxmemory`, past which no client blocks:

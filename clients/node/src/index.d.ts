@@ -200,6 +200,12 @@ export interface LeaseOptions {
   /** How long to keep trying for it (default: until granted or never possible). */
   timeoutMs?: number;
   signal?: AbortSignal;
+  /**
+   * Wait on the server (TB.CONSUME ... LEASE ttl BLOCK ms, module only) on a
+   * dedicated connection: first come first served, one call per grant.
+   * Polls on the Lua fallback.
+   */
+  block?: boolean;
 }
 
 export interface BatchOptions {

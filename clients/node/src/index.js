@@ -657,11 +657,21 @@ export class TokenBucket {
    * until `timeoutMs` (default: until granted or never possible); then
    * {@link RateLimited}. An aborted `signal` throws its reason; a lease
    * granted meanwhile is released.
+   *
+   * `block: true` waits on the server instead (TB.CONSUME ... LEASE ttl
+   * BLOCK ms, module only), on a connection the limiter duplicates for it:
+   * the server queues the call, first come first served, and answers it
+   * when the lease is granted: one call per grant. On the Lua fallback (or
+   * a module without it) it polls as above.
    */
-  async lease(n = 1, { ttlMs, timeoutMs, signal } = {}) {
+  async lease(n = 1, { ttlMs, timeoutMs, signal, block = false } = {}) {
     const ttl = waitArg(ttlMs, 'ttlMs');
     if (ttl < 1) throw new RangeError('ttlMs must be at least 1');
     const deadline = timeoutMs === undefined ? null : Date.now() + waitArg(timeoutMs, 'timeoutMs');
+    if (block && this.limiter.backend !== 'lua') {
+      const r = await this._leaseBlock(n, ttl, deadline, signal);
+      if (r) return r;
+    }
     let backoff = 10;
     for (;;) {
       signal?.throwIfAborted();
@@ -678,6 +688,50 @@ export class TokenBucket {
       if (r.never || left <= 0) throw new RateLimited(this.key, r);
       await pause(Math.max(1, Math.min(backoff, r.retryAfterMs, left)), signal);
       backoff = Math.min(backoff * 2, 500);
+    }
+  }
+
+  /**
+   * Waits for a lease on the server, on a dedicated connection, until
+   * `deadline`; null when the server cannot (the Lua fallback, or a module
+   * without BLOCK with LEASE): the caller polls.
+   */
+  async _leaseBlock(n, ttl, deadline, signal) {
+    const limiter = this.limiter;
+    let backoff = 10;
+    for (;;) {
+      signal?.throwIfAborted();
+      const left = deadline === null ? limiter.maxWaitMs : Math.max(0, deadline - Date.now());
+      const started = Date.now();
+      let asked = left;
+      const conn = await limiter._lease();
+      let broken = false;
+      const done = limiter
+        ._withWait(left, (w) =>
+          limiter._run(conn, 'TB.CONSUME', [this.key], this._args(n, 'LEASE', String(ttl), 'BLOCK', String(w))),
+        )
+        .then(
+          ({ reply, windowMs }) => {
+            asked = windowMs;
+            return Result.fromReply(reply);
+          },
+          (e) => {
+            broken = !(e instanceof CommandError);
+            if (limiter.backend === 'lua' || /LEASE cannot be combined/.test(String(e.message))) return null;
+            throw e;
+          },
+        )
+        .finally(() => limiter._release(conn, broken));
+      const r = await (signal ? abortable(done, signal, (g) => (g?.leaseId ? this.release(g.leaseId) : null)) : done);
+      if (r === null || r.allowed) return r;
+      if (r.never || (deadline !== null && Date.now() >= deadline)) throw new RateLimited(this.key, r);
+      if (Date.now() - started < 0.9 * asked) {
+        // Answered without waiting (the server's tb.max-blocked or memory
+        // bound): back off as polling does.
+        const rest = deadline === null ? Infinity : deadline - Date.now();
+        await pause(Math.max(1, Math.min(backoff, r.retryAfterMs, rest)), signal);
+        backoff = Math.min(backoff * 2, 500);
+      }
     }
   }
 
@@ -726,6 +780,30 @@ export class TokenBucket {
     const reply = await this.limiter._run(this.limiter._conn, 'TB.INFO', [this.key], []);
     return reply === null ? null : BucketInfo.fromReply(reply);
   }
+}
+
+/**
+ * `promise`, or `signal`'s reason once it aborts; what the promise gives
+ * after an abort goes to `undo` (a lease granted too late is given back).
+ */
+function abortable(promise, signal, undo) {
+  return new Promise((resolve, reject) => {
+    const onAbort = () => {
+      reject(signal.reason);
+      promise.then(undo).catch(() => {});
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(
+      (v) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(v);
+      },
+      (e) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(e);
+      },
+    );
+  });
 }
 
 /**
