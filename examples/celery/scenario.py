@@ -18,12 +18,15 @@ STOP_DEADLINE = 20.0
 
 
 @contextlib.contextmanager
-def worker(redis_url: str, api_url: str, *, concurrency: int = 3, logfile: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A ``celery worker --pool=prefork`` in its own process group, ready when
-    it logs so; stopped with SIGTERM (then SIGKILL) to its group."""
+def worker(
+    redis_url: str, api_url: str, *, concurrency: int = 3, logfile: Path, app: str = "app"
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A ``celery worker --pool=prefork`` of the Celery app ``app`` (a module
+    here) in its own process group, ready when it logs so; stopped with
+    SIGTERM (then SIGKILL) to its group."""
     env = dict(os.environ, TB_REDIS_URL=redis_url, LLM_API_URL=api_url)
     cmd = [
-        sys.executable, "-m", "celery", "-A", "app", "worker",
+        sys.executable, "-m", "celery", "-A", app, "worker",
         "--pool=prefork", f"--concurrency={concurrency}",
         "--without-gossip", "--without-mingle", "--without-heartbeat",
         "--loglevel=INFO", f"--logfile={logfile}",

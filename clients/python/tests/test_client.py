@@ -185,9 +185,13 @@ def test_acquire_gives_up_past_the_timeout(limiter: Limiter) -> None:
         b.acquire(timeout=0.5)
     assert time.monotonic() - start < 0.3, "answered at once, not after the timeout"
     assert not e.value.result.allowed
+    # The wait on the exception itself (issue 19): for a Retry-After header.
+    assert e.value.retry_after_ms == e.value.result.retry_after_ms > 500
+    assert e.value.retry_after == e.value.retry_after_ms / 1000
     with pytest.raises(RateLimited) as never:
         limiter.bucket("n", 1, 1).acquire(2)
     assert never.value.result.never
+    assert (never.value.retry_after_ms, never.value.retry_after) == (-1, math.inf)
 
 
 def test_decorator_and_context_manager(limiter: Limiter) -> None:

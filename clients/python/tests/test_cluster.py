@@ -5,6 +5,7 @@ Lua fallback)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Iterator
 
@@ -134,3 +135,66 @@ async def test_every_method_async(cluster: Cluster) -> None:
     assert lim.backend == cluster.backend  # type: ignore[attr-defined]
     await lim.aclose()
     await rc.aclose()
+
+
+def _getkeys_calls(cluster: Cluster) -> int:
+    """``COMMAND GETKEYS`` calls the nodes have served since their last
+    ``CONFIG RESETSTAT``."""
+    total = 0
+    for node in cluster.nodes:
+        stats = node.client().info("commandstats")
+        total += int(stats.get("cmdstat_command|getkeys", {}).get("calls", 0))
+    return total
+
+
+def _reset_stats(cluster: Cluster) -> None:
+    for node in cluster.nodes:
+        node.client().config_resetstat()
+
+
+async def test_fresh_async_clients_take_concurrent_first_calls(cluster: Cluster) -> None:
+    """Issue 19: redis-py 8.1's async cluster client failed 2-17 concurrent
+    first calls of a fresh client (``'NoneType' object has no attribute
+    'writelines'``), and asked ``COMMAND GETKEYS`` before every
+    TB.MCONSUME. Fresh clients, 30 to 80 concurrent first calls, rounds."""
+    cluster.flushall()
+    _reset_stats(cluster)
+    failures: list[BaseException] = []
+    calls = 0
+    for rnd, n in enumerate([30, 80, 50, 60, 40]):
+        if rnd % 2:
+            lim = AsyncLimiter.from_url(cluster.url, cluster=True)
+        else:
+            lim = AsyncLimiter(AsyncRedisCluster(host="127.0.0.1", port=cluster.nodes[rnd % 3].port))
+
+        async def first_call(i: int) -> bool:
+            if i % 3 == 0:
+                return (await lim.bucket(f"rl:{rnd}:{i}", 5, 2).consume()).allowed
+            if i % 3 == 1:
+                return (await lim.limits(f"rl:{rnd}:{i}", "5/second;100/day").consume()).allowed
+            tpm = lim.bucket(f"{{t{rnd}:{i}}}:tpm", FROZEN, 1000)
+            slot = lim.bucket(f"{{t{rnd}:{i}}}:slot", 0, 1)
+            async with lim.lease_many([(tpm, 10), (slot, 1)], ttl={0: 60, 1: 60}) as held:
+                held.used[0] = 5
+            return True
+
+        results = await asyncio.gather(*(first_call(i) for i in range(n)), return_exceptions=True)
+        failures += [r for r in results if isinstance(r, BaseException)]
+        assert all(r is True for r in results if not isinstance(r, BaseException))
+        calls += n
+        await lim.aclose()
+        if rnd % 2 == 0:
+            await lim.client.aclose()
+    assert not failures, f"{len(failures)} of {calls} first calls failed: {failures[:3]!r}"
+    if cluster.backend == "module":  # type: ignore[attr-defined]
+        assert _getkeys_calls(cluster) == 0, "TB.MCONSUME is routed by its first key's slot"
+
+
+def test_sync_mconsume_needs_no_getkeys(cluster: Cluster, limiter: Limiter) -> None:
+    _reset_stats(cluster)
+    for i in range(20):
+        assert limiter.limits(f"rl:s{i}", "5/second;100/day").consume().allowed
+        tpm = limiter.bucket(f"{{s{i}}}:tpm", FROZEN, 1000)
+        with limiter.lease_many([(tpm, 10)], ttl={0: 60}):
+            pass
+    assert _getkeys_calls(cluster) == 0

@@ -6,13 +6,15 @@ settled to the tokens "used" (up or down; over the estimate goes into debt)
 and the slot released. Two workers are SIGKILLed while holding leases.
 
 The audit is a server-side record, not the clients' clocks: every grant and
-every settle runs in a script that appends the server's TIME and the reply
-to a list in the same atomic step, so the list is in execution order. From
+every settle runs in a transaction (MULTI/EXEC) that reads the server's TIME
+around the call and appends an entry to a list in the same atomic step, so
+the list is in execution order; the worker then fills its entry in (LSET)
+with the reply. From
 it the test replays the three limits and asserts none was ever exceeded,
 that the killed workers' slots stayed taken until their TTL ended, and that
 they came back then.
 
-Time: the script reads TIME before and after the module's call; the module
+Time: the transaction reads TIME before and after the module's call; the module
 read its own clock (the same server clock, in whole milliseconds on Redis
 7.0) in between, so every bound allows the refill of the largest such
 interval plus 1 ms, measured from the record itself.
@@ -43,31 +45,32 @@ TTL_MS = 30_000  # a live worker's leases (never reached)
 KILLED_TTL_MS = 1_500  # the leases of the workers that get killed
 RUN_S = 8.0
 
-# One grant: the three limits in one call, the estimate and the slot lent,
-# recorded with the server's time around the call.
-ACQUIRE = """
-local t0 = redis.call('TIME')
-local r = redis.call('TB.MCONSUME', 3, KEYS[1], KEYS[2], KEYS[3],
-  ARGV[1], ARGV[2], 1, ARGV[3], ARGV[4], ARGV[5], 0, ARGV[6], 1,
-  'LEASE', 2, ARGV[7], 'LEASE', 3, ARGV[7])
-local t1 = redis.call('TIME')
-if r[1] == 1 then
-  redis.call('RPUSH', KEYS[4], table.concat({'grant', t0[1], t0[2], t1[1], t1[2],
-    ARGV[8], ARGV[5], ARGV[7], string.format('%d', r[7]), string.format('%d', r[8])}, ' '))
-end
-return r
-"""
+def acquire(r: redis.Redis, estimate: int, ttl: int, name: str) -> Any:
+    """One grant: the three limits in one call, the estimate and the slot
+    lent, recorded with the server's time around the call."""
+    p = r.pipeline(transaction=True)
+    p.execute_command("TIME")
+    p.execute_command("TB.MCONSUME", 3, *KEYS[:3], *RPM, 1, *TPM, estimate, 0, INFLIGHT, 1,
+                      "LEASE", 2, ttl, "LEASE", 3, ttl)
+    p.execute_command("TIME")
+    p.rpush(KEYS[3], "pending")
+    t0, reply, t1, n = p.execute()
+    entry = ["grant", *t0, *t1, name, estimate, ttl, reply[6], reply[7]] if reply[0] == 1 else ["denied"]
+    r.lset(KEYS[3], n - 1, " ".join(map(str, entry)))
+    return reply
 
-# Settling the estimate to what was used, and giving the slot back.
-SETTLE = """
-local t0 = redis.call('TIME')
-local back = redis.call('TB.RELEASE', KEYS[2], ARGV[1], 'USED', ARGV[3])
-local slot = redis.call('TB.RELEASE', KEYS[3], ARGV[2])
-local t1 = redis.call('TIME')
-redis.call('RPUSH', KEYS[4], table.concat({'settle', t0[1], t0[2], t1[1], t1[2],
-  ARGV[4], ARGV[3], tostring(back), tostring(slot)}, ' '))
-return {back, slot}
-"""
+
+def settle(r: redis.Redis, estimate_id: int, slot_id: int, used: int, name: str) -> None:
+    """Settles the estimate to what was used and gives the slot back,
+    recorded the same way."""
+    p = r.pipeline(transaction=True)
+    p.execute_command("TIME")
+    p.execute_command("TB.RELEASE", KEYS[1], estimate_id, "USED", used)
+    p.execute_command("TB.RELEASE", KEYS[2], slot_id)
+    p.execute_command("TIME")
+    p.rpush(KEYS[3], "pending")
+    t0, back, slot, t1, n = p.execute()
+    r.lset(KEYS[3], n - 1, " ".join(map(str, ["settle", *t0, *t1, name, used, back, slot])))
 
 
 def worker(port: int, name: str, until: float, victim: Any) -> None:
@@ -75,12 +78,11 @@ def worker(port: int, name: str, until: float, victim: Any) -> None:
     it has one grant, reports it through ``victim`` (an Event) and hangs
     there, holding its leases."""
     r = redis.Redis(port=port)
-    acquire, settle = r.register_script(ACQUIRE), r.register_script(SETTLE)
     rng = random.Random(name)
     ttl = KILLED_TTL_MS if victim is not None else TTL_MS
     while victim is not None or time.monotonic() < until:
         estimate = rng.randint(50, 400)
-        reply = acquire(keys=KEYS, args=[*RPM, *TPM, estimate, INFLIGHT, ttl, name])
+        reply = acquire(r, estimate, ttl, name)
         if reply[0] != 1:
             time.sleep(min(max(reply[1], 1), 20) / 1000)
             continue
@@ -89,7 +91,7 @@ def worker(port: int, name: str, until: float, victim: Any) -> None:
             time.sleep(3600)  # holding both leases until SIGKILL
         time.sleep(rng.uniform(0.2, 0.5))  # the model call
         used = max(1, int(estimate * rng.uniform(0.3, 1.8)))
-        settle(keys=KEYS, args=[reply[6], reply[7], used, name])
+        settle(r, reply[6], reply[7], used, name)
 
 
 @dataclass
@@ -119,6 +121,9 @@ def read_record(records: list[bytes]) -> tuple[list[Call], Fraction]:
     slack = Fraction(0)
     for i, raw in enumerate(records):
         f = raw.decode().split()
+        assert f[0] != "pending", "every entry was filled in"
+        if f[0] == "denied":
+            continue
         before, after = seconds(f[1], f[2]), seconds(f[3], f[4])
         slack = max(slack, after - before)
         if f[0] == "grant":

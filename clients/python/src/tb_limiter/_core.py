@@ -23,7 +23,9 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Generator, Mapping, Sequence, TypeVar, Union, cast
+from typing import Any, Callable, Generator, Literal, Mapping, Sequence, TypeVar, Union, cast
+
+from redis.exceptions import RedisClusterException
 
 from ._protocol import (
     DEFAULT_MAX_WAIT_MS,
@@ -36,7 +38,7 @@ from ._protocol import (
     wait_ms,
 )
 from ._spec import BucketSpec, mconsume_call
-from ._types import Backend, BucketInfo, MultiResult, RateLimited, Result
+from ._types import Backend, BucketInfo, MultiResult, NotSent, RateLimited, Result
 
 T = TypeVar("T")
 
@@ -79,6 +81,20 @@ class Block:
 
 Step = Union[Command, Sleep, Block]
 Plan = Generator[Step, Any, T]
+
+
+def cluster_target(args: Sequence[Any], keyslot: Callable[[Any], int]) -> Any:
+    """The key a cluster client routes ``args`` by, when it would otherwise
+    ask the server (``COMMAND GETKEYS``, for TB.MCONSUME's movable keys):
+    the first key, once ``keyslot`` shows every key of the call shares its
+    slot (else ``RedisClusterException``, as redis-py raises, nothing sent).
+    None for the commands a cluster client routes by itself."""
+    if len(args) < 3 or args[0] != "TB.MCONSUME":
+        return None
+    keys = args[2 : 2 + int(args[1])]
+    if len({keyslot(k) for k in keys}) > 1:
+        raise RedisClusterException("TB.MCONSUME - all keys must map to the same key slot")
+    return keys[0]
 
 
 def block_cap(ms: int, socket_timeout: float | None) -> int | None:
@@ -307,6 +323,61 @@ def release(server: ServerState, spec: BucketSpec, lease_id: int, used: int | No
     None when the lease is not held (released already, or expired)."""
     reply = yield from execute(server, spec._release_call(lease_id, used))
     return None if reply is None else int(reply)
+
+
+#: How a lease ends. ``done``: the body returned; slots are released,
+#: estimates settled to the use reported (released whole without one).
+#: ``kept``: the body raised (the call may have reached the provider and
+#: may still run): estimates are settled to the use reported, else to the
+#: estimate, and slots stay held until their TTL. ``back``: the call is
+#: known not to have left (:class:`NotSent`, a ``return_on`` type, or
+#: ``give_back()``): every lease is released, every other part refunded.
+Outcome = Literal["done", "kept", "back"]
+
+#: Exception types that mean "not sent", as ``return_on=`` takes them.
+ReturnOn = Union[type[BaseException], tuple[type[BaseException], ...]]
+
+
+def lease_outcome(error: BaseException | None, return_on: ReturnOn) -> Outcome:
+    """How a lease whose body ended with ``error`` (None: returned) ends."""
+    if error is None:
+        return "done"
+    if isinstance(error, NotSent) or isinstance(error, return_on):
+        return "back"
+    return "kept"
+
+
+def finish_leases(
+    server: ServerState,
+    items: Sequence[tuple[BucketSpec, int]],
+    lease_ids: Sequence[int],
+    used: Mapping[int, int],
+    outcome: Outcome,
+) -> Plan[list[int | None]]:
+    """Ends the leases ``lease_ids`` (0: a part not leased) of the parts
+    ``items`` as ``outcome`` says (see :data:`Outcome`); ``used``: {part:
+    tokens used} as the body reported. Returns each part's reply (tokens
+    back, negative for an overrun charged; None for nothing done or a lease
+    no longer held). On ``kept`` a failure is logged, not raised: the
+    body's exception goes on, and a KEEP expiry charges the estimate
+    anyway."""
+    out: list[int | None] = []
+    for j, ((spec, n), lease_id) in enumerate(zip(items, lease_ids)):
+        got: int | None = None
+        if outcome == "back":
+            if lease_id:
+                got = yield from release(server, spec, lease_id, None)
+            elif n > 0:
+                got = yield from refund(server, spec, n)
+        elif lease_id and outcome == "done":
+            got = yield from release(server, spec, lease_id, used.get(j))
+        elif lease_id and not spec.is_slot():
+            try:
+                got = yield from release(server, spec, lease_id, used.get(j, n))
+            except Exception as e:  # noqa: BLE001 (reported; the body's exception goes on)
+                log.warning("tb_limiter: could not settle lease %d on %r: %s", lease_id, spec.key, e)
+        out.append(got)
+    return out
 
 
 def undo_result(server: ServerState, result: object, items: Sequence[tuple[BucketSpec, int]]) -> Plan[None]:

@@ -47,12 +47,28 @@ class BucketSpec:
     def _info_call(self) -> Call:
         return Call("TB.INFO", (self.key,), ())
 
+    def is_slot(self) -> bool:
+        """True for a concurrency limit (rate 0): its leases are in-flight
+        slots, given back when they expire. Any other bucket's leases are
+        estimates, kept as used when they expire (``KEEP``)."""
+        return _is_zero(self.rate)
+
     def _lease_call(self, n: int, ttl_ms: int) -> Call:
-        return Call("TB.CONSUME", (self.key,), (*self._limits(), amount_arg(n), "LEASE", str(ttl_ms)))
+        keep = () if self.is_slot() else ("KEEP",)
+        return Call("TB.CONSUME", (self.key,), (*self._limits(), amount_arg(n), "LEASE", str(ttl_ms), *keep))
 
     def _release_call(self, lease_id: int, used: int | None) -> Call:
         extra = () if used is None else ("USED", amount_arg(used))
         return Call("TB.RELEASE", (self.key,), (str(int(lease_id)), *extra))
+
+
+def _is_zero(rate: str) -> bool:
+    """Whether a rate argument (``"0"``, ``"0.0"``, ``"0/m"``) is zero."""
+    head = rate.split("/", 1)[0].strip()
+    try:
+        return float(head) == 0
+    except ValueError:
+        return False
 
 
 def atmost_args(atmost: bool, chunk: int | None) -> tuple[str, ...]:
@@ -74,7 +90,8 @@ def mconsume_call(
 ) -> Call:
     """TB.MCONSUME over ``(bucket, n)`` pairs, with RESERVE ``ms`` when
     given, or ``ATMOST [MIN chunk]``; ``leases``: {part index from 0: TTL in
-    ms} for the leased parts."""
+    ms} for the leased parts (``KEEP`` unless the part is a slot: see
+    :meth:`BucketSpec.is_slot`)."""
     if not items:
         raise ValueError("consume_many needs at least one (bucket, n) pair")
     keys = tuple(b.key for b, _ in items)
@@ -85,6 +102,8 @@ def mconsume_call(
         if not 0 <= part < len(items):
             raise ValueError(f"no part {part} to lease among {len(items)}")
         args += ["LEASE", str(part + 1), str(ttl_ms)]
+        if not items[part][0].is_slot():
+            args.append("KEEP")
     if ms is not None:
         args += ["RESERVE", str(ms)]
     args += atmost_args(atmost, chunk)

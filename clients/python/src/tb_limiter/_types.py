@@ -152,13 +152,31 @@ class BucketInfo:
 class RateLimited(Exception):
     """Raised by ``acquire`` and the decorator/context manager when the
     tokens cannot be had within the timeout. ``result`` is the reply that
-    said so (``result.never`` when they can never be had)."""
+    said so (``result.never`` when they can never be had);
+    ``retry_after_ms`` and ``retry_after`` (seconds) say how long to wait
+    before trying again (-1 ms and ``inf`` for never), e.g. for an HTTP
+    ``Retry-After`` header."""
 
     def __init__(self, key: str, result: Result | MultiResult) -> None:
         self.key = key
         self.result = result
+        self.retry_after_ms: int = result.retry_after_ms
+        """Milliseconds to wait before trying again; -1 for never."""
         if result.never:
             why = "can never be satisfied"
         else:
             why = f"needs {result.retry_after_ms} ms"
         super().__init__(f"rate limited on {key!r}: {why}")
+
+    @property
+    def retry_after(self) -> float:
+        """Seconds to wait before trying again; ``inf`` for never."""
+        return _seconds(self.retry_after_ms)
+
+
+class NotSent(Exception):
+    """Raise it (or wrap a failure in it: ``raise NotSent() from e``) in the
+    body of a lease when the call it guards is known not to have left (a
+    connection refused, a request that failed validation): the lease gives
+    back everything it took. Any other exception keeps the charge (see
+    :meth:`tb_limiter.Limiter.lease_many`). It goes on to the caller."""

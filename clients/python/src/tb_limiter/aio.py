@@ -22,7 +22,7 @@ import redis.asyncio as aredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from . import _core
-from ._core import Block, Command, Plan, Sleep
+from ._core import Block, Command, Plan, ReturnOn, Sleep
 from .batch import AsyncBatcher
 from ._protocol import Call
 from ._rates import LimitSpec, RateLike
@@ -76,6 +76,7 @@ class AsyncLimiter:
         self._server = _core.ServerState(None if backend == "auto" else backend)
         self._blocking = blocking_client
         self._tasks: set[asyncio.Task[None]] = set()
+        self._ready: _Ready | None = None
 
     @classmethod
     def from_url(
@@ -187,11 +188,18 @@ class AsyncLimiter:
         return await self._run(_core.acquire_many(self._server, items, timeout), items)
 
     def lease_many(
-        self, parts: Iterable[tuple[BucketSpec, int]], *, ttl: Mapping[int, float], timeout: float | None = None
+        self,
+        parts: Iterable[tuple[BucketSpec, int]],
+        *,
+        ttl: Mapping[int, float],
+        timeout: float | None = None,
+        return_on: ReturnOn = (),
     ) -> "AsyncLeasedMany":
-        """``async with``: see :meth:`tb_limiter.Limiter.lease_many`; the
-        leases are released on exit, also when the task is cancelled."""
-        return AsyncLeasedMany(self, list(parts), dict(ttl), timeout)
+        """``async with``: see :meth:`tb_limiter.Limiter.lease_many` (the
+        same exit rules). A cancellation while waiting for the leases holds
+        nothing; one while the body runs counts as an exception (the call
+        may be under way): estimates kept, slots held until their TTL."""
+        return AsyncLeasedMany(self, list(parts), dict(ttl), timeout, return_on)
 
     async def execute(self, call: Call) -> Any:
         """Runs one command on the module or through the Lua fallback."""
@@ -210,7 +218,7 @@ class AsyncLimiter:
                 return cast(T, done.value)
             value, error = None, None
             if isinstance(step, Command):
-                task = asyncio.ensure_future(self.client.execute_command(*step.args))
+                task = asyncio.ensure_future(self._command(step.args))
                 try:
                     value = await asyncio.shield(task)
                 except asyncio.CancelledError as e:
@@ -238,6 +246,33 @@ class AsyncLimiter:
                     raise
                 except BaseException as e:  # noqa: BLE001
                     error = e
+
+    async def _command(self, args: tuple[str | bytes | int, ...]) -> Any:
+        client = self.client
+        run: Callable[..., Awaitable[Any]] = client.execute_command
+        if not isinstance(client, AsyncRedisCluster):
+            return await run(*args)
+        await self._initialized(client)
+        target = _core.cluster_target(args, client.keyslot)
+        if target is None:
+            return await run(*args)
+        node: Callable[[Any], Any] = client.get_node_from_key
+        return await run(*args, target_nodes=node(target))
+
+    async def _initialized(self, client: AsyncRedisCluster) -> None:
+        """Initialises a cluster client once, under a lock, before its first
+        command: redis-py 8.1's async cluster client fails concurrent first
+        calls on a fresh client (``'NoneType' object has no attribute
+        'writelines'``). Initialising an initialised client does nothing."""
+        ready = self._ready
+        if ready is None or ready.client is not client:
+            ready = self._ready = _Ready(client)
+        if ready.done:
+            return
+        async with ready.lock:
+            if not ready.done:
+                await client.initialize()
+                ready.done = True
 
     async def _after_cancel(
         self, plan: Plan[Any], pending: asyncio.Future[Any] | None, items: Sequence[tuple[BucketSpec, int]]
@@ -287,6 +322,15 @@ class AsyncLimiter:
             raise
         finally:
             await pool.release(conn)
+
+
+class _Ready:
+    """Whether a cluster client was initialised (see ``_initialized``)."""
+
+    __slots__ = ("client", "lock", "done")
+
+    def __init__(self, client: AsyncRedisCluster) -> None:
+        self.client, self.lock, self.done = client, asyncio.Lock(), False
 
 
 async def _get_connection(pool: Any) -> Any:
@@ -352,12 +396,15 @@ class AsyncTokenBucket(BucketSpec):
         lim = self.limiter
         return await lim._run(_core.info(lim._server, self))
 
-    def lease(self, n: int = 1, *, ttl: float, timeout: float | None = None) -> "AsyncLeased":
+    def lease(
+        self, n: int = 1, *, ttl: float, timeout: float | None = None, return_on: ReturnOn = ()
+    ) -> "AsyncLeased":
         """``async with``: holds a lease of ``n`` tokens for the block (see
-        :meth:`tb_limiter.TokenBucket.lease`); released on exit, also when
-        the task is cancelled (a reply that arrives after a cancellation is
-        released too)."""
-        return AsyncLeased(self, n, ttl, timeout)
+        :meth:`tb_limiter.TokenBucket.lease`, the same exit rules). A
+        cancellation while waiting for the lease holds nothing (a reply that
+        arrives after it is released too); one while the body runs counts
+        as an exception."""
+        return AsyncLeased(self, n, ttl, timeout, return_on)
 
     async def release(self, lease_id: int) -> int | None:
         """TB.RELEASE (see :meth:`tb_limiter.TokenBucket.release`)."""
@@ -439,45 +486,83 @@ class AsyncLimit:
 
 
 class AsyncLeased:
-    """See :meth:`AsyncTokenBucket.lease`."""
+    """See :meth:`AsyncTokenBucket.lease` and :class:`tb_limiter.Leased`."""
 
-    def __init__(self, bucket: AsyncTokenBucket, n: int, ttl: float, timeout: float | None) -> None:
-        self.bucket, self.n, self.ttl, self.timeout = bucket, n, ttl, timeout
+    def __init__(
+        self, bucket: AsyncTokenBucket, n: int, ttl: float, timeout: float | None, return_on: ReturnOn = ()
+    ) -> None:
+        self.bucket, self.n, self.ttl, self.timeout, self.return_on = bucket, n, ttl, timeout, return_on
         self.result: Result | None = None
         self.id = 0
         self.used: int | None = None
         self.released: int | None = None
+        self._open = False
 
     async def __aenter__(self) -> "AsyncLeased":
         lim = self.bucket.limiter
         plan = _core.lease(lim._server, self.bucket, self.n, self.ttl, self.timeout)
         self.result = await lim._run(plan, [(self.bucket, self.n)])
         self.id = self.result.lease_id or 0
+        self._open = True
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def give_back(self) -> int | None:
+        """Gives the lease back now, whole; the exit then does nothing."""
+        return await self._finish("back")
+
+    async def _finish(self, outcome: _core.Outcome) -> int | None:
+        if not self._open:
+            return None
+        self._open = False
         lim = self.bucket.limiter
-        self.released = await lim._run(_core.release(lim._server, self.bucket, self.id, self.used))
+        used = {} if self.used is None else {0: self.used}
+        plan = _core.finish_leases(lim._server, [(self.bucket, self.n)], [self.id], used, outcome)
+        self.released = (await lim._run(plan))[0]
+        return self.released
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._finish(_core.lease_outcome(e, self.return_on))
 
 
 class AsyncLeasedMany:
-    """See :meth:`AsyncLimiter.lease_many`."""
+    """See :meth:`AsyncLimiter.lease_many` and :class:`tb_limiter.LeasedMany`."""
 
     def __init__(
-        self, limiter: AsyncLimiter, items: list[tuple[BucketSpec, int]], ttl: dict[int, float], timeout: float | None
+        self,
+        limiter: AsyncLimiter,
+        items: list[tuple[BucketSpec, int]],
+        ttl: dict[int, float],
+        timeout: float | None,
+        return_on: ReturnOn = (),
     ) -> None:
-        self.limiter, self.items, self.ttl, self.timeout = limiter, items, ttl, timeout
+        self.limiter, self.items, self.ttl, self.timeout, self.return_on = limiter, items, ttl, timeout, return_on
         self.result: MultiResult | None = None
         self.used: dict[int, int] = {}
+        self.released: list[int | None] = []
+        self._open = False
 
     async def __aenter__(self) -> "AsyncLeasedMany":
         lim = self.limiter
         self.result = await lim._run(_core.lease_many(lim._server, self.items, self.ttl, self.timeout), self.items)
+        self._open = True
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        assert self.result is not None
+    async def give_back(self) -> list[int | None]:
+        """Gives everything back now; the exit then does nothing."""
+        return await self._finish("back")
+
+    async def _finish(self, outcome: _core.Outcome) -> list[int | None]:
+        if not self._open or self.result is None:
+            return []
+        self._open = False
         lim = self.limiter
-        for j, lease_id in enumerate(self.result.lease_ids):
-            if lease_id:
-                await lim._run(_core.release(lim._server, self.items[j][0], lease_id, self.used.get(j)))
+        plan = _core.finish_leases(lim._server, self.items, self.result.lease_ids, self.used, outcome)
+        self.released = await lim._run(plan)
+        return self.released
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._finish(_core.lease_outcome(e, self.return_on))

@@ -18,6 +18,13 @@ nothing asked for ``hold`` seconds, when it is closed, and at the latest
 workers for at most ``max_hold``. A refund never raises a bucket above its
 capacity, so tokens given back into a full bucket are lost, never minted.
 
+A process that dies (``kill -9``, a crash) gives nothing back: the bucket
+stays short by what it held, the unused part of its current batch, which is
+at most ``batch - 1`` tokens per process (after a grant of up to
+``max(batch, n) - held`` and handing out ``n``, it holds less than a
+batch), until the bucket refills it at its rate. It never admits more than
+the limit: every token handed out was granted.
+
 :class:`Batcher` is thread-safe (blocking client); :class:`AsyncBatcher` is
 its asyncio twin. Each gives back through a helper (a thread, a task) that
 runs only while it holds tokens.

@@ -37,6 +37,27 @@ countdowns: the workers' clocks must agree (NTP). A task lost with its
 worker after reserving loses its turn (the tokens stay taken: the limiter
 errs on the side of fewer calls). A task time limit hit while sleeping to
 its turn gives the turn back.
+
+Several limits at once, with leases (requests and tokens per minute, and
+requests in flight, around an LLM call): :func:`leased`.
+
+    @app.task
+    @leased(limiter, lambda prompt: [(rpm, 1), (tpm, estimate(prompt)), (inflight, 1)],
+            ttl={1: 60, 2: 120})
+    def complete(prompt):
+        reply = call_model(prompt)
+        current_lease().used[1] = reply.usage.total_tokens
+        return reply.text
+
+Each run makes one all-or-nothing ``TB.MCONSUME`` that lends the leased
+parts. Granted: the body runs, and on its exit the leases end as
+:meth:`tb_limiter.Limiter.lease_many` says (settled after the call; on an
+exception the estimate stays charged and the in-flight slot stays held until
+its TTL; :class:`~tb_limiter.NotSent` gives everything back). Denied: the task
+requeues itself, holding nothing, with the server's wait as its countdown
+(capped at ``poll`` seconds, since a slot can come back before its TTL when
+its holder finishes); never: :class:`~tb_limiter.RateLimited`. No worker
+process sleeps waiting. Order among waiting tasks is Celery's.
 """
 
 from __future__ import annotations
@@ -44,15 +65,16 @@ from __future__ import annotations
 import contextvars
 import functools
 import time
-from typing import Any, Callable, TypeVar, cast
+from typing import Any, Callable, Mapping, Sequence, TypeVar, Union, cast
 
 from celery import current_task
 from celery.exceptions import Retry
 
-from ._core import reach_ms, sleep_or_give_back
+from ._core import ReturnOn, reach_ms, sleep_or_give_back
 from ._protocol import wait_ms
+from ._spec import BucketSpec
 from ._types import RateLimited
-from .sync import TokenBucket
+from .sync import LeasedMany, Limiter, TokenBucket
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -62,7 +84,15 @@ TURN_KWARG = "_tb_turn"
 #: Seconds before its turn a requeued task is woken (it sleeps the rest).
 DEFAULT_LEAD = 0.25
 
+#: Longest countdown of a task requeued by :func:`leased` after a denial.
+DEFAULT_POLL = 1.0
+
 _turn: contextvars.ContextVar[float | None] = contextvars.ContextVar("tb_turn", default=None)
+_lease: contextvars.ContextVar[LeasedMany | None] = contextvars.ContextVar("tb_lease", default=None)
+
+#: The parts of :func:`leased`: ``(bucket, n)`` pairs, or a function of the
+#: task's arguments that returns them (an estimate from the prompt).
+Parts = Union[Sequence[tuple[BucketSpec, int]], Callable[..., Sequence[tuple[BucketSpec, int]]]]
 
 
 def rate_limited(
@@ -96,6 +126,56 @@ def rate_limited(
         return cast(F, wrapper)
 
     return decorate
+
+
+def leased(
+    limiter: Limiter,
+    parts: Parts,
+    *,
+    ttl: Mapping[int, float],
+    poll: float = DEFAULT_POLL,
+    return_on: ReturnOn = (),
+) -> Callable[[F], F]:
+    """Decorates a Celery task function (under ``@app.task``) so that its
+    body runs holding ``parts`` (``(bucket, n)`` pairs, or a function of the
+    task's arguments returning them), the parts ``ttl`` names leased, as
+    :meth:`tb_limiter.Limiter.lease_many`; the body reports its use with
+    ``current_lease().used[part] = n``. A denial requeues the task with the
+    server's wait, at most ``poll`` seconds: see the module's docstring."""
+    if poll <= 0:
+        raise ValueError("poll must be > 0")
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            items = parts(*args, **kwargs) if callable(parts) else parts
+            held = limiter.lease_many(items, ttl=ttl, timeout=0, return_on=return_on)
+            try:
+                held.__enter__()
+            except RateLimited as e:
+                if e.result.never:
+                    raise
+                _requeue(min(max(e.retry_after, 0.001), poll), dict(kwargs))
+            token = _lease.set(held)
+            try:
+                out = fn(*args, **kwargs)
+            except BaseException as e:
+                held.__exit__(type(e), e, e.__traceback__)
+                raise
+            finally:
+                _lease.reset(token)
+            held.__exit__(None, None, None)
+            return out
+
+        return cast(F, wrapper)
+
+    return decorate
+
+
+def current_lease() -> LeasedMany | None:
+    """Inside a task body run by :func:`leased`: its held leases (set
+    ``used[part]`` to settle a part on exit; ``give_back()``)."""
+    return _lease.get()
 
 
 def current_turn() -> float | None:

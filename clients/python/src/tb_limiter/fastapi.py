@@ -28,12 +28,17 @@ request gets ``429`` with
 
 Served responses carry ``RateLimit-Policy`` and ``RateLimit`` too. With
 ``wait`` (seconds), a request first waits that long for its turn (reserve,
-then sleep: no connection held) before it is refused; a client that goes
-away meanwhile (the request's task is cancelled) gives its turn back.
+then sleep: no connection held) before it is refused. The wait watches the
+connection (the ASGI ``http.disconnect`` message; the request body is read
+first): a client that goes away meanwhile gives its turn back (refunded) and
+the handler does not run (the request ends with status 499). Servers such as
+uvicorn do not cancel a handler when its client leaves, so without this
+watch a turn would be kept for nobody.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 from fractions import Fraction
 from typing import Callable, Iterable, Sequence, Union
@@ -84,7 +89,7 @@ class RateLimit:
         wait = self.wait(request) if callable(self.wait) else self.wait
         if wait > 0:
             try:
-                r = await group.acquire(self.cost, timeout=wait)
+                r = await acquire_unless_gone(group, self.cost, wait, request)
             except RateLimited as e:
                 assert isinstance(e.result, MultiResult)
                 r = e.result
@@ -96,6 +101,46 @@ class RateLimit:
             raise HTTPException(status_code=429, detail=detail, headers=headers)
         response.headers.update(headers)
         return r
+
+
+#: The status of a request whose client went away while it waited (nginx's
+#: "client closed request"; nobody reads it).
+CLIENT_GONE = 499
+
+
+async def acquire_unless_gone(group: AsyncBucketGroup, cost: int, wait: float, request: Request) -> MultiResult:
+    """``group.acquire(cost, timeout=wait)`` raced against the client's
+    disconnect: when the client goes first, the wait is cancelled (which
+    gives the turn back), a turn granted at that moment is refunded, and
+    ``HTTPException(499)`` keeps the handler from running."""
+    await request.body()  # after the body, the next message is the disconnect
+    acquire = asyncio.ensure_future(group.acquire(cost, timeout=wait))
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({acquire, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not gone.done():
+            gone.cancel()
+    if not gone.done() or gone.cancelled() or gone.exception() is not None or not gone.result():
+        return await acquire
+    if acquire.done():
+        if acquire.exception() is None:
+            await group.refund(cost)
+    else:
+        acquire.cancel()
+        try:
+            await acquire
+        except (asyncio.CancelledError, RateLimited):
+            pass
+    raise HTTPException(status_code=CLIENT_GONE, detail="client closed request")
+
+
+async def _disconnected(request: Request) -> bool:
+    """Waits for the ASGI ``http.disconnect`` message (the body was read)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return True
 
 
 def rate_limit_headers(specs: Sequence[LimitSpec], r: MultiResult, cost: int = 1) -> dict[str, str]:

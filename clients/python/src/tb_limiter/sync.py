@@ -13,7 +13,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from . import _core
-from ._core import Block, Command, Plan, Sleep
+from ._core import Block, Command, Plan, ReturnOn, Sleep
 from .batch import Batcher
 from ._protocol import Call
 from ._rates import LimitSpec, RateLike
@@ -191,7 +191,12 @@ class Limiter:
         return self._run(_core.acquire_many(self._server, items, timeout), items)
 
     def lease_many(
-        self, parts: Iterable[tuple[BucketSpec, int]], *, ttl: Mapping[int, float], timeout: float | None = None
+        self,
+        parts: Iterable[tuple[BucketSpec, int]],
+        *,
+        ttl: Mapping[int, float],
+        timeout: float | None = None,
+        return_on: ReturnOn = (),
     ) -> "LeasedMany":
         """A context manager over one all-or-nothing TB.MCONSUME whose parts
         ``ttl`` names (index from 0: TTL in seconds) are leased: requests
@@ -201,12 +206,21 @@ class Limiter:
                 used = call_model()
                 held.used[1] = used     # settle the token estimate on exit
 
-        On exit every lease is released (settled to ``used[part]`` when
-        set), also on an exception. Denials are tried again, backing off,
-        until ``timeout`` seconds (None: until granted or never possible);
-        then :class:`RateLimited`."""
+        A leased part on a bucket with rate 0 is an in-flight *slot*; on any
+        other bucket an *estimate* (leased with ``KEEP``: if never settled,
+        it stays used at its TTL). On a normal exit slots are released and
+        estimates settled to ``used[part]`` (released whole when unset).
+        When the body raises, the call may have reached the provider:
+        estimates are settled to ``used[part]`` or else to the estimate, and
+        slots stay held until their TTL (the call may still be running).
+        Everything is given back (leases released, other parts refunded)
+        only when the call is known not to have left: the body raises
+        :class:`~tb_limiter.NotSent` (or wraps its failure in it), or an
+        exception of a type in ``return_on``, or calls :meth:`LeasedMany.give_back`.
+        Denials are tried again, backing off, until ``timeout`` seconds
+        (None: until granted or never possible); then :class:`RateLimited`."""
         items = list(parts)
-        return LeasedMany(self, items, dict(ttl), timeout)
+        return LeasedMany(self, items, dict(ttl), timeout, return_on)
 
     def execute(self, call: Call) -> Any:
         """Runs one command on the module or through the Lua fallback and
@@ -226,14 +240,24 @@ class Limiter:
             value, error = None, None
             try:
                 if isinstance(step, Command):
-                    run: Callable[..., Any] = self.client.execute_command
-                    value = run(*step.args)
+                    value = self._command(step.args)
                 elif isinstance(step, Sleep):
                     time.sleep(step.seconds)
                 elif isinstance(step, Block):
                     value = self._block(step)
             except BaseException as e:  # noqa: BLE001 (thrown into the plan, which decides)
                 error = e
+
+    def _command(self, args: tuple[str | bytes | int, ...]) -> Any:
+        client = self.client
+        run: Callable[..., Any] = client.execute_command
+        if not isinstance(client, RedisCluster):
+            return run(*args)
+        target = _core.cluster_target(args, client.keyslot)
+        if target is None:
+            return run(*args)
+        node: Callable[[Any], Any] = client.get_node_from_key
+        return run(*args, target_nodes=node(target))
 
     def _block(self, step: Block) -> tuple[int, Any] | None:
         """``TB.CONSUME ... BLOCK`` on a connection of the blocking client,
@@ -332,7 +356,9 @@ class TokenBucket(BucketSpec):
         lim = self.limiter
         return lim._run(_core.info(lim._server, self))
 
-    def lease(self, n: int = 1, *, ttl: float, timeout: float | None = None) -> "Leased":
+    def lease(
+        self, n: int = 1, *, ttl: float, timeout: float | None = None, return_on: ReturnOn = ()
+    ) -> "Leased":
         """A context manager that holds a lease of ``n`` tokens (a slot of a
         concurrency limit: a bucket with rate 0) for the ``with`` block::
 
@@ -340,12 +366,17 @@ class TokenBucket(BucketSpec):
                 ...                     # held.id, held.result
                 held.used = 3           # optional: settle to 3 tokens on exit
 
-        On exit the lease is released (settled to ``used`` when set), also on
-        an exception; if the process dies, the tokens come back ``ttl``
-        seconds after they were taken. A lease is never reserved: a denial is
-        tried again, backing off, until ``timeout`` seconds (None: until
-        granted or never possible); then :class:`RateLimited`."""
-        return Leased(self, n, ttl, timeout)
+        On a normal exit the lease is released (settled to ``used`` when
+        set). When the body raises, a slot (rate 0) stays held until its TTL
+        and an estimate (any other rate: leased with ``KEEP``) is settled to
+        ``used``, else kept whole; :class:`~tb_limiter.NotSent`, a type in
+        ``return_on`` or :meth:`Leased.give_back` give it back (see
+        :meth:`Limiter.lease_many`). If the process dies, a slot comes back
+        ``ttl`` seconds after it was taken and an estimate stays used. A
+        lease is never reserved: a denial is tried again, backing off, until
+        ``timeout`` seconds (None: until granted or never possible); then
+        :class:`RateLimited`."""
+        return Leased(self, n, ttl, timeout, return_on)
 
     def release(self, lease_id: int) -> int | None:
         """TB.RELEASE: gives a lease's tokens back (never above capacity).
@@ -442,45 +473,84 @@ class Limit:
 
 class Leased:
     """See :meth:`TokenBucket.lease`: ``id`` and ``result`` once entered;
-    set ``used`` to settle the lease on exit instead of releasing it whole."""
+    set ``used`` to settle the lease on exit instead of releasing it whole;
+    ``released`` is the reply of the release or settle made on exit (None
+    when none was made)."""
 
-    def __init__(self, bucket: TokenBucket, n: int, ttl: float, timeout: float | None) -> None:
-        self.bucket, self.n, self.ttl, self.timeout = bucket, n, ttl, timeout
+    def __init__(
+        self, bucket: TokenBucket, n: int, ttl: float, timeout: float | None, return_on: ReturnOn = ()
+    ) -> None:
+        self.bucket, self.n, self.ttl, self.timeout, self.return_on = bucket, n, ttl, timeout, return_on
         self.result: Result | None = None
         self.id = 0
         self.used: int | None = None
         self.released: int | None = None
+        self._open = False
 
     def __enter__(self) -> "Leased":
         lim = self.bucket.limiter
         self.result = lim._run(_core.lease(lim._server, self.bucket, self.n, self.ttl, self.timeout))
         self.id = self.result.lease_id or 0
+        self._open = True
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def give_back(self) -> int | None:
+        """Gives the lease back now, whole (the call it guarded was never
+        sent); the exit then does nothing. Returns the tokens given back."""
+        return self._finish("back")
+
+    def _finish(self, outcome: _core.Outcome) -> int | None:
+        if not self._open:
+            return None
+        self._open = False
         lim = self.bucket.limiter
-        self.released = lim._run(_core.release(lim._server, self.bucket, self.id, self.used))
+        used = {} if self.used is None else {0: self.used}
+        plan = _core.finish_leases(lim._server, [(self.bucket, self.n)], [self.id], used, outcome)
+        self.released = lim._run(plan)[0]
+        return self.released
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self._finish(_core.lease_outcome(e, self.return_on))
 
 
 class LeasedMany:
     """See :meth:`Limiter.lease_many`: ``result`` once entered; set
-    ``used[part]`` to settle a leased part on exit."""
+    ``used[part]`` to settle a leased part on exit; ``released`` holds each
+    part's reply of what the exit did (None: nothing)."""
 
     def __init__(
-        self, limiter: Limiter, items: list[tuple[BucketSpec, int]], ttl: dict[int, float], timeout: float | None
+        self,
+        limiter: Limiter,
+        items: list[tuple[BucketSpec, int]],
+        ttl: dict[int, float],
+        timeout: float | None,
+        return_on: ReturnOn = (),
     ) -> None:
-        self.limiter, self.items, self.ttl, self.timeout = limiter, items, ttl, timeout
+        self.limiter, self.items, self.ttl, self.timeout, self.return_on = limiter, items, ttl, timeout, return_on
         self.result: MultiResult | None = None
         self.used: dict[int, int] = {}
+        self.released: list[int | None] = []
+        self._open = False
 
     def __enter__(self) -> "LeasedMany":
         lim = self.limiter
         self.result = lim._run(_core.lease_many(lim._server, self.items, self.ttl, self.timeout))
+        self._open = True
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        assert self.result is not None
+    def give_back(self) -> list[int | None]:
+        """Gives everything back now (leases released, the other parts
+        refunded: the call was never sent); the exit then does nothing."""
+        return self._finish("back")
+
+    def _finish(self, outcome: _core.Outcome) -> list[int | None]:
+        if not self._open or self.result is None:
+            return []
+        self._open = False
         lim = self.limiter
-        for j, lease_id in enumerate(self.result.lease_ids):
-            if lease_id:
-                lim._run(_core.release(lim._server, self.items[j][0], lease_id, self.used.get(j)))
+        plan = _core.finish_leases(lim._server, self.items, self.result.lease_ids, self.used, outcome)
+        self.released = lim._run(plan)
+        return self.released
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self._finish(_core.lease_outcome(e, self.return_on))
