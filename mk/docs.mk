@@ -1,5 +1,6 @@
 # Docs blocks (tools/doctest): every fenced code block of README.md,
-# docs/**/*.md and clients/*/README.md runs against real servers the harness
+# docs/**/*.md, clients/*/README.md and examples/*/README.md runs against
+# real servers the harness
 # starts (free loopback ports, TEST_SERVERS, TB_MODULE); a block with no
 # runner and no directive fails. tools/doctest/blocks.py lists the directives.
 #
