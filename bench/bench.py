@@ -25,8 +25,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import leasewait  # noqa: E402
 import neighbours  # noqa: E402
-from resp import Conn, ReplyError  # noqa: E402
+from resp import Conn, ReplyError, encode  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -462,6 +463,47 @@ def instructions(binary, module, lua_src, requests):
         shutil.rmtree(out_dir, ignore_errors=True)
 
 
+def abandoned_instructions(binary, module, conns):
+    """Server instructions per abandoned waiter, with callgrind: `conns`
+    connections, one after another, each sending AUTH and one blocking call
+    and hanging up (neighbours.py's floods, unhurried), per kind; serverCron's
+    share (which follows the wall time, stretched by valgrind) left out.
+    Steadier than a victim's p99 on a shared machine."""
+    for tool in ("valgrind", "callgrind_control", "callgrind_annotate"):
+        if not shutil.which(tool):
+            return {"error": "%s is not installed (Debian package valgrind)" % tool}
+    out_dir = tempfile.mkdtemp(prefix="tb-bench-cg-")
+    s = Server(binary, module, name="callgrind server", start_s=120,
+               prefix=["valgrind", "--tool=callgrind",
+                       "--callgrind-out-file=" + os.path.join(out_dir, "cg.out")])
+    try:
+        s.conn.call("ACL", "SETUSER", "attacker", "on", ">" + neighbours.PASSWORD,
+                    *neighbours.USERS["attacker"])
+        auth = encode(["AUTH", "attacker", neighbours.PASSWORD])
+        res = {"connections": conns, "per_connection": {}}
+        pid = str(s.proc.pid)
+        for kind, args in neighbours.ABANDONED.items():
+            wire = auth + (encode(args) if args else b"")
+            subprocess.run(["callgrind_control", "-z", pid], capture_output=True, check=True)
+            for _ in range(conns):
+                so = socket.create_connection(("127.0.0.1", s.port))
+                so.sendall(wire)
+                so.recv(5)  # +OK of AUTH: the call was read with it
+                time.sleep(0.002)
+                so.close()
+            time.sleep(0.5)
+            before = set(os.listdir(out_dir))
+            subprocess.run(["callgrind_control", "-d", kind, pid], capture_output=True,
+                           check=True)
+            dump = wait_new_file(out_dir, before)
+            cron = inclusive_ir(dump).get("serverCron", 0)
+            res["per_connection"][kind] = (total_ir(dump) - cron) / conns
+        return res
+    finally:
+        s.stop()
+        shutil.rmtree(out_dir, ignore_errors=True)
+
+
 def wait_new_file(directory, before, timeout=30):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -747,7 +789,9 @@ def main():
     ap.add_argument("--neighbours-seconds", type=float, default=5.0,
                     help="length of each noisy-neighbour scenario (bench/neighbours.py)")
     ap.add_argument("--neighbours-rounds", type=int, default=5)
-    ap.add_argument("--only", choices=["neighbours"],
+    ap.add_argument("--lease-wait-seconds", type=float, default=10.0,
+                    help="length of each lease-waiting case (bench/leasewait.py)")
+    ap.add_argument("--only", choices=["neighbours", "lease_wait"],
                     help="measure only this part and update it in the existing --out file")
     ap.add_argument("--out", default=os.path.join(HERE, "results.json"))
     ap.add_argument("--smoke", action="store_true",
@@ -767,6 +811,7 @@ def main():
         # on a loaded machine (listen backlog full, the SYN resent after 1 s),
         # and the check below wants attacker calls inside the window.
         a.neighbours_seconds, a.neighbours_rounds = 2.0, 1
+        a.lease_wait_seconds = 1.0
     for tool in ("redis-benchmark", "redis-cli"):
         if not shutil.which(tool):
             raise SystemExit("%s is missing (Debian package redis-tools)" % tool)
@@ -792,6 +837,14 @@ def main():
         log("replaced the memory figures in %s" % a.out)
         return
     t_start = time.time()
+    if a.only == "lease_wait":
+        with open(a.out) as f:
+            results = json.load(f)
+        results["lease_wait"] = run_lease_wait(a)
+        with open(a.out, "w") as f:
+            json.dump(results, f, indent=1)
+        log("updated the lease-waiting figures in %s in %d s" % (a.out, time.time() - t_start))
+        return
     if a.only == "neighbours":
         with open(a.out) as f:
             results = json.load(f)
@@ -835,6 +888,7 @@ def main():
     stages = [int(x) for x in a.scaling.split(",")]
     results["scaling"] = scaling(a.server, a.module, stages, 3 if not a.smoke else 1, a.seconds)
     results["neighbours"] = run_neighbours(a)
+    results["lease_wait"] = run_lease_wait(a)
     results["machine"]["loadavg_end"] = os.getloadavg()[0]
     results["machine"]["run_seconds"] = round(time.time() - t_start)
     if a.smoke:
@@ -850,9 +904,21 @@ def run_neighbours(a):
     """The noisy-neighbour figures (bench/neighbours.py), on the official
     server; what a waiting client holds, on every server."""
     log("noisy neighbours on %s" % version_of(a.server))
-    return neighbours.measure(Server, a.server, a.module, a.neighbours_seconds,
-                              a.neighbours_rounds, [a.server] + ([a.server8] if a.server8 else []),
-                              smoke=a.smoke)
+    out = neighbours.measure(Server, a.server, a.module, a.neighbours_seconds,
+                             a.neighbours_rounds, [a.server] + ([a.server8] if a.server8 else []),
+                             smoke=a.smoke)
+    log("instructions per abandoned waiter (callgrind)")
+    out["abandoned_instructions"] = abandoned_instructions(a.server, a.module,
+                                                           100 if a.smoke else 1000)
+    return out
+
+
+def run_lease_wait(a):
+    """Calls per lease grant against the number of waiters (bench/leasewait.py)."""
+    log("lease waiting on %s" % version_of(a.server))
+    out = leasewait.measure(Server, a.server, a.module, a.lease_wait_seconds, log)
+    out["server"] = version_of(a.server)
+    return out
 
 
 def check_smoke(results):

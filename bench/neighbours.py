@@ -14,6 +14,10 @@ error, while the attacker runs, in turn:
   the next attack costs the server before any limiter command;
 - a flood of abandoned BLOCKs, the issue's: connect, `TB.CONSUME a:x 200 1 1
   BLOCK 60000`, hang up;
+- the same flood of abandoned BLPOPs (connect, `BLPOP a:l 60`, hang up):
+  Redis' own blocking command, the reference for the two BLOCK floods;
+- a flood of abandoned lease waits: connect, `TB.CONSUME a:s 0 1 1 LEASE
+  60000 BLOCK 60000` (the slot is held: each waits), hang up;
 - a stream of TB.MCONSUMEs naming as many keys as the module accepts, 1 KB
   each.
 
@@ -41,13 +45,25 @@ from resp import Conn, ReplyError, encode  # noqa: E402
 #: Processes of the connection floods (each opens connections in a loop).
 CONNECTORS = 4
 #: Processes (one connection each) per scenario.
-PROCESSES = {"quiet": 0, "ping": 1, "mconsume": 1, "churn": CONNECTORS, "block": CONNECTORS}
+PROCESSES = {"quiet": 0, "ping": 1, "mconsume": 1, "churn": CONNECTORS, "block": CONNECTORS,
+             "blpop": CONNECTORS, "leaseblock": CONNECTORS}
 #: The victim's buckets: a steady state of existing keys.
 VICTIM_KEYS = 1000
 VICTIM_CALL = ("1000", "1000000", "1")  # rate, capacity, n: always allowed
 #: The abandoned BLOCKs of the issue: one bucket of capacity 1 refilled 200
 #: times a second, each BLOCK reserving one token (a fresh bucket per run).
 BLOCK_CALL = ("200", "1", "1", "BLOCK", "60000")
+#: The abandoned lease waits: an in-flight limit of 1 whose slot is held.
+LEASE_BLOCK_CALL = ("0", "1", "1", "LEASE", "60000", "BLOCK", "60000")
+#: The abandoned waiters whose server instructions bench.py counts with
+#: callgrind (connect, AUTH, the call, hang up); `auth` alone is the baseline.
+ABANDONED = {
+    "auth": None,
+    "ping": ["PING"],
+    "blpop": ["BLPOP", "a:l", "60"],
+    "block": ["TB.CONSUME", "a:x", *BLOCK_CALL],
+    "leaseblock": ["TB.CONSUME", "a:s", *LEASE_BLOCK_CALL],
+}
 #: Key length of the MCONSUME stream, and the most keys it asks for (the
 #: module's own limit, read from its error, applies if lower).
 MCONSUME_KEY_BYTES = 1024
@@ -57,7 +73,7 @@ GOAL = 1.5
 USERS = {
     "victim": ["resetkeys", "~v:*", "resetchannels", "-@all", "+tb.consume"],
     "attacker": ["resetkeys", "~a:*", "resetchannels", "-@all", "+tb.consume",
-                 "+tb.mconsume", "+ping"],
+                 "+tb.mconsume", "+ping", "+blpop"],
 }
 PASSWORD = "neighbour-pw"
 SCENARIOS = [
@@ -65,6 +81,9 @@ SCENARIOS = [
     ("ping", "unpipelined PING flood (the reference)"),
     ("churn", "connection flood without the limiter (connect, PING, hang up)"),
     ("block", "abandoned-BLOCK flood (connect, TB.CONSUME a:x 200 1 1 BLOCK 60000, hang up)"),
+    ("blpop", "abandoned-BLPOP flood (connect, BLPOP a:l 60, hang up)"),
+    ("leaseblock", "abandoned lease-wait flood (connect, TB.CONSUME a:s 0 1 1 LEASE 60000 "
+                   "BLOCK 60000, hang up)"),
     ("mconsume", "TB.MCONSUME stream, 1 KB keys"),
 ]
 
@@ -98,13 +117,17 @@ def attack(kind, port, keys, run):
         c = login(port, "attacker")
         while True:
             c.call("PING")
-    elif kind in ("block", "churn"):
+    elif kind in ("block", "churn", "blpop", "leaseblock"):
         auth = encode(["AUTH", "attacker", PASSWORD])
-        ping = encode(["PING"])
-        block = encode(["TB.CONSUME", "a:x:%s" % run, *BLOCK_CALL])
+        wire = {
+            "churn": encode(["PING"]),
+            "block": encode(["TB.CONSUME", "a:x:%s" % run, *BLOCK_CALL]),
+            "blpop": encode(["BLPOP", "a:l:%s" % run, "60"]),
+            "leaseblock": encode(["TB.CONSUME", "a:s:%s" % run, *LEASE_BLOCK_CALL]),
+        }[kind]
         while True:
             s = socket.create_connection(("127.0.0.1", port))
-            s.sendall(auth + (block if kind == "block" else ping))
+            s.sendall(auth + wire)
             s.close()
     elif kind == "mconsume":
         c = login(port, "attacker")
@@ -164,6 +187,12 @@ def victim_run(port, admin, seconds):
     return lat, failed, errors, peak
 
 
+def server_cpu_s(conn):
+    """The server's CPU time so far (user + system), in seconds."""
+    cpu = conn.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
 def percentile(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(p / 100 * len(xs)))]
@@ -181,8 +210,8 @@ def scenario(server, kind, seconds, keys, run=0):
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                      for _ in range(PROCESSES[kind]))
         # Measure once the attack is under way, as the server sees it.
-        name = {"ping": "ping", "churn": "ping", "block": "tb.consume",
-                "mconsume": "tb.mconsume"}[kind]
+        name = {"ping": "ping", "churn": "ping", "block": "tb.consume", "blpop": "blpop",
+                "leaseblock": "tb.consume", "mconsume": "tb.mconsume"}[kind]
         deadline = time.time() + 30
         while commandstats_calls(admin).get(name, 0) - before.get(name, 0) < 10 * len(procs):
             if time.time() > deadline or any(p.poll() is not None for p in procs):
@@ -193,10 +222,12 @@ def scenario(server, kind, seconds, keys, run=0):
         before = commandstats_calls(admin)
         tb_before = admin.info("tb")
     t0 = time.time()
+    cpu0 = server_cpu_s(admin)
     try:
         lat, failed, errors, peak = victim_run(server.port, admin, seconds)
     finally:
         elapsed = time.time() - t0
+        cpu = server_cpu_s(admin) - cpu0
         for p in procs:
             p.terminate()
         for p in procs:
@@ -207,6 +238,8 @@ def scenario(server, kind, seconds, keys, run=0):
         "ping": after.get("ping", 0) - before.get("ping", 0),
         "churn": after.get("ping", 0) - before.get("ping", 0),
         "block": after.get("tb.consume", 0) - before.get("tb.consume", 0) - len(lat),
+        "leaseblock": after.get("tb.consume", 0) - before.get("tb.consume", 0) - len(lat),
+        "blpop": after.get("blpop", 0) - before.get("blpop", 0),
         "mconsume": after.get("tb.mconsume", 0) - before.get("tb.mconsume", 0),
         "quiet": 0,
     }[kind]
@@ -221,6 +254,9 @@ def scenario(server, kind, seconds, keys, run=0):
         "p999_ms": percentile(lat, 99.9), "max_ms": max(lat),
         "attacker_per_s": attacker_calls / elapsed, "blocked_per_s": blocked / elapsed,
         "peak_used_memory": peak,
+        # Server CPU per attacker call (the victim's calls included, the
+        # same in every scenario): steadier than a p99 on a shared machine.
+        "cpu_us_per_attacker_call": cpu * 1e6 / attacker_calls if attacker_calls else None,
     }
 
 
@@ -298,11 +334,17 @@ def measure(server_cls, binary, module, seconds, rounds, servers_for_memory, smo
                     r["p99_ms"] / p["p99_ms"] for r, p in zip(rs, runs["ping"])),
                 "p99_ratio_churn": statistics.median(
                     r["p99_ms"] / p["p99_ms"] for r, p in zip(rs, runs["churn"])),
+                # Against the abandoned-BLPOP flood of the same round: the
+                # module's share against Redis' own blocking command's.
+                "p99_ratio_blpop": statistics.median(
+                    r["p99_ms"] / p["p99_ms"] for r, p in zip(rs, runs["blpop"])),
                 "p999_ms": statistics.median(r["p999_ms"] for r in rs),
                 "max_ms": max(r["max_ms"] for r in rs),
                 "attacker_per_s": statistics.median(r["attacker_per_s"] for r in rs),
                 "blocked_per_s": statistics.median(r["blocked_per_s"] for r in rs),
                 "peak_used_memory": max(r["peak_used_memory"] for r in rs),
+                "cpu_us_per_attacker_call": statistics.median(
+                    r["cpu_us_per_attacker_call"] or 0 for r in rs),
                 "rounds": rs,
             }
     finally:
@@ -345,6 +387,8 @@ def render(n):
              "victim p99.9 | victim max | victim failed calls | peak used_memory |")
     L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for kind, _ in SCENARIOS:
+        if kind not in sc:
+            continue  # a results file from before the scenario existed
         v = sc[kind]
         label = v["label"]
         if kind == "mconsume":
@@ -356,11 +400,31 @@ def render(n):
                      v["p50_ms"], v["p99_ms"], v["p99_ratio"], v["p999_ms"], v["max_ms"],
                      v["failed"], "{:,}".format(v["calls"]), v["peak_used_memory"] / 2**20))
     L.append("")
-    worst = max(sc[k]["p99_ratio"] for k in ("block", "mconsume"))
+    worst = max(sc[k]["p99_ratio"] for k in ("block", "mconsume") if k in sc)
     failed = sum(v["failed"] for v in sc.values())
     L.append("Against the connection flood without the limiter (same processes, PING in "
              "place of BLOCK), the abandoned-BLOCK flood's p99 is %.2fx.\n"
              % sc["block"]["p99_ratio_churn"])
+    if "blpop" in sc and "leaseblock" in sc:
+        L.append("Against the same flood of abandoned `BLPOP`s (Redis' own blocking command), "
+                 "the victim's p99 under the abandoned-BLOCK flood is %.2fx, under the "
+                 "abandoned lease-wait flood %.2fx (goal: at most %.1fx). Server CPU per "
+                 "attacker call (connection, AUTH and the call; the victim's calls "
+                 "included): %.1f µs for an abandoned BLOCK, %.1f µs for an abandoned lease "
+                 "wait, %.1f µs for an abandoned BLPOP.\n" % (
+                     sc["block"]["p99_ratio_blpop"], sc["leaseblock"]["p99_ratio_blpop"],
+                     n["goal"], sc["block"]["cpu_us_per_attacker_call"],
+                     sc["leaseblock"]["cpu_us_per_attacker_call"],
+                     sc["blpop"]["cpu_us_per_attacker_call"]))
+    ir = n.get("abandoned_instructions", {}).get("per_connection")
+    if ir:
+        L.append("Server instructions per abandoned waiter (callgrind; %s connections one after "
+                 "another: connect, AUTH, the call, hang up; serverCron left out): "
+                 "%s. An abandoned BLOCK is %.2fx an abandoned BLPOP, an abandoned lease "
+                 "wait %.2fx (goal: at most %.1fx).\n" % (
+                     "{:,}".format(n["abandoned_instructions"]["connections"]),
+                     ", ".join("%s %s" % (k, "{:,.0f}".format(v)) for k, v in ir.items()),
+                     ir["block"] / ir["blpop"], ir["leaseblock"] / ir["blpop"], n["goal"]))
     L.append("The connection flood is there to tell what the abandoned-BLOCK flood costs "
              "because it opens and closes connections (Redis accepts up to a thousand at a "
              "time, each with its buffers) from what the BLOCKs add: clients that block hold "

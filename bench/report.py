@@ -11,6 +11,7 @@ import sys
 import matplotlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import leasewait  # noqa: E402
 import neighbours  # noqa: E402
 
 matplotlib.use("Agg")
@@ -589,6 +590,8 @@ def main():
 
     if "neighbours" in r:
         L.extend(neighbours.render(r["neighbours"]))
+    if "lease_wait" in r:
+        L.extend(leasewait.render(r["lease_wait"]))
     if topkeys:
         L.extend(topkeys_section(topkeys))
     if hotkeys:

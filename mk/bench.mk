@@ -18,6 +18,7 @@ BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_PIP := matplotlib==3.11.2
 # Defaults when this fragment is used without the top Makefile's variables.
 MODULE ?= $(CURDIR)/target/release/libtb.so
+APT ?= $(CURDIR)/mk/apt.sh
 REDIS_SERVER_SYS ?= $(shell command -v redis-server 2>/dev/null || echo /usr/bin/redis-server)
 
 .PHONY: bench bench-topkeys bench-hotkeys bench-smoke bench-deps bench-venv
@@ -30,15 +31,7 @@ bench-deps:
 	@missing=""; \
 	command -v valgrind >/dev/null 2>&1 || missing="$$missing valgrind"; \
 	command -v perf >/dev/null 2>&1 || missing="$$missing linux-perf"; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" -ne 0 ]; then \
-	    echo "error: missing packages:$$missing. Install them with:" >&2; \
-	    echo "  sudo apt-get install -y$$missing" >&2; \
-	    exit 1; \
-	  fi; \
-	  echo "==> installing:$$missing"; \
-	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
-	fi
+	$(APT) "the benchmarks' instruction counts and profile" $$missing
 
 # bench/.venv with matplotlib for the plot (python3-venv from apt if needed).
 bench-venv:

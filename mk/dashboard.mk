@@ -21,7 +21,7 @@ URL ?= redis://127.0.0.1:6379/0
 DASHBOARD_PORT ?= 8000
 # Defaults when this fragment is used without the top Makefile's variables.
 MODULE ?= $(CURDIR)/target/release/libtb.so
-APT_INSTALL ?= apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y
+APT ?= $(CURDIR)/mk/apt.sh
 
 .PHONY: dashboard-deps dashboard-venv test-dashboard dashboard-screenshots dashboard
 
@@ -30,15 +30,7 @@ EXTRA_TESTS += test-dashboard
 # Debian's chromium, from apt when root and missing; otherwise the command
 # to run is printed.
 dashboard-deps:
-	@if [ ! -x $(CHROMIUM) ]; then \
-	  if [ "$$(id -u)" -ne 0 ]; then \
-	    echo "error: Chromium is missing (the dashboard's browser test drives Debian's). Install it with:" >&2; \
-	    echo "  sudo apt-get install -y chromium" >&2; \
-	    exit 1; \
-	  fi; \
-	  echo "==> installing chromium"; \
-	  $(APT_INSTALL) chromium; \
-	fi
+	@[ -x $(CHROMIUM) ] || $(APT) "the dashboard's browser test drives Debian's Chromium" chromium
 
 # clients/python/.venv-dashboard: the client with its [dashboard] extra, as
 # users install it, plus pytest, Playwright and mypy.

@@ -21,6 +21,7 @@ SOAK_SECONDS ?= 300
 CARGO_FUZZ_VERSION := 0.13.2
 # Defaults when this fragment is used without the top Makefile's variables.
 MODULE ?= $(CURDIR)/target/release/libtb.so
+APT ?= $(CURDIR)/mk/apt.sh
 CARGO ?= cargo
 REDIS_SERVER_SYS ?= $(shell command -v redis-server 2>/dev/null || echo /usr/bin/redis-server)
 
@@ -31,16 +32,7 @@ EXTRA_TESTS += fuzz
 # cargo-fuzz (cached once installed) and a C++ compiler for libFuzzer.
 fuzz-deps:
 	@command -v $(CARGO) >/dev/null 2>&1 || { echo "error: cargo not found" >&2; exit 1; }
-	@if ! command -v c++ >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" -eq 0 ]; then \
-	    echo "==> installing g++ (libFuzzer is C++)"; \
-	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y g++; \
-	  else \
-	    echo "error: no C++ compiler; install one with:" >&2; \
-	    echo "  sudo apt-get install -y g++" >&2; \
-	    exit 1; \
-	  fi; \
-	fi
+	@command -v c++ >/dev/null 2>&1 || $(APT) "a C++ compiler: libFuzzer is C++" g++
 	@if ! $(CARGO) fuzz --version >/dev/null 2>&1; then \
 	  echo "==> installing cargo-fuzz $(CARGO_FUZZ_VERSION)"; \
 	  $(CARGO) install cargo-fuzz --locked --version $(CARGO_FUZZ_VERSION); \

@@ -6,7 +6,7 @@
 
 LUA_SOURCE := lua/tb.lua
 # Every packaged copy of LUA_SOURCE; a new client package adds its own here.
-LUA_COPIES := clients/python/src/tb_limiter/tb.lua clients/node/src/tb.lua
+LUA_COPIES := clients/python/src/tb_limiter/tb.lua clients/node/src/tb.lua clients/ruby/lib/tb_limiter/tb.lua
 
 .PHONY: lua-sync lua-check
 

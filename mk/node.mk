@@ -8,17 +8,26 @@
 #
 #   make node-deps    node and npm (apt-get when root and missing), npm ci
 #   make test-node    the whole Node suite
+#   make node-installed       the package installed as users get it, into
+#                     fresh projects outside the repository (NODE_INSTALLED)
+#   make test-node-installed  BullMQ and every docs Node snippet (run, and
+#                     type-checked with tsc --strict) in those projects
 
 NODE_DIR := $(CURDIR)/clients/node
 # Defaults when this fragment is used without the top Makefile's variables.
 MODULE ?= $(CURDIR)/target/release/libtb.so
-APT_INSTALL ?= apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y
+APT ?= $(CURDIR)/mk/apt.sh
 # A test that hangs fails after 5 minutes instead of holding make test.
 NODE_TEST := node --test --test-concurrency=1 --test-timeout=300000 --test-reporter=spec
 
-.PHONY: node-deps test-node
+.PHONY: node-deps test-node node-installed test-node-installed
 
-EXTRA_TESTS += test-node
+EXTRA_TESTS += test-node test-node-installed
+
+# Fresh user projects, outside the repository (one directory per checkout):
+# packed (the npm pack tarball, newest bullmq/ioredis/redis), oldest
+# (node-redis 4, ioredis 5), linked (installed by path).
+NODE_INSTALLED ?= $(or $(TMPDIR),/tmp)/tb-node-installed-$(shell printf %s '$(CURDIR)' | cksum | cut -d' ' -f1)
 
 # Debian's nodejs and npm when either is missing (root), else the command to
 # run; Node.js 20 or later (the package itself runs on 18, the newest
@@ -28,16 +37,7 @@ node-deps: ## node and npm (apt-get when root and missing), npm ci in clients/no
 	@missing=""; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
 	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" -eq 0 ]; then \
-	    echo "==> installing:$$missing"; \
-	    $(APT_INSTALL) $$missing; \
-	  else \
-	    echo "error: missing packages:$$missing. Install them with:" >&2; \
-	    echo "  sudo apt-get install -y$$missing" >&2; \
-	    exit 1; \
-	  fi; \
-	fi
+	$(APT) "the Node client and its tests" $$missing
 	@node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)' || { \
 	  echo "error: the Node suite needs Node.js 20 or later (node-redis 6 and ioredis 6, which it" >&2; \
 	  echo "  tests, require it); found $$(node --version). Debian 12's nodejs package is 18; Debian 13's" >&2; \
@@ -62,3 +62,11 @@ test-node: build redis8 node-deps python-venv ## the Node client suite on every 
 	@echo "== Mixed fleet: a Celery worker and BullMQ workers share one bucket, on $$($(firstword $(TEST_SERVERS)) --version | cut -d' ' -f1-3)"
 	cd $(NODE_DIR) && REDIS_SERVER=$(firstword $(TEST_SERVERS)) TB_MODULE=$(MODULE) TB_PYTHON=$(PY) \
 	  $(NODE_TEST) test/fleet/*.test.js
+
+node-installed: node-deps ## the package packed and installed by path into fresh projects (NODE_INSTALLED)
+	@echo "==> tb-limiter installed into fresh projects under $(NODE_INSTALLED)"
+	node $(NODE_DIR)/tools/installed.js $(NODE_INSTALLED)
+
+test-node-installed: build node-installed ## BullMQ and the docs Node snippets (run, tsc --strict) in the installed projects
+	cd $(NODE_DIR) && TB_NODE_PROJECTS=$(NODE_INSTALLED) REDIS_SERVER=$(firstword $(TEST_SERVERS)) TB_MODULE=$(MODULE) \
+	  $(NODE_TEST) test/installed/installed.test.js

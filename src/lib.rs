@@ -3,7 +3,7 @@
 //! Layout:
 //! - [`bucket`], [`codec`] and [`parse`]: pure arithmetic, the state's
 //!   encodings and argument parsing, no Redis types, unit-tested with an
-//!   injected clock;
+//!   injected clock; [`cell`]: `CL.THROTTLE`'s redis-cell reply;
 //! - [`topkeys`]: the heavy-hitter sketch behind `TB.TOP`, pure as well;
 //! - `glue`: everything that touches the Redis module API (entry points, key
 //!   access, replication, the data type, configs, statistics);
@@ -12,12 +12,14 @@
 //!   pure as well.
 
 pub mod bucket;
+pub mod cell;
 pub mod codec;
 pub mod lease;
 pub mod parse;
 pub mod settings;
 pub mod topkeys;
 pub mod version;
+pub mod waitq;
 
 #[cfg(all(feature = "module", not(test)))]
 mod commands;

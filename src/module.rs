@@ -20,7 +20,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
 fn start(ctx: &Context, args: &[RedisString]) -> Status {
     log::init(ctx.get_raw());
     let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
-    if let Err(e) = config::register(ctx.get_raw(), &args) {
+    let loaded = config::register(ctx.get_raw(), &args).and_then(|()| config::check_config_file());
+    if let Err(e) = loaded {
         log::warning(&format!("tb: refusing to load: {e}"));
         return Status::Err;
     }

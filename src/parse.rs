@@ -463,7 +463,7 @@ pub fn consume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<ConsumeArgs, Arg
         return Err(ERR_MIN.into());
     }
     if lease_ttl_ms.is_some() {
-        if options.atmost || options.wait != Wait::No {
+        if options.atmost || matches!(options.wait, Wait::Reserve(_)) {
             return Err(ERR_LEASE_MODE.into());
         }
         if options.n == 0 {
@@ -512,6 +512,8 @@ pub struct MconsumeArgs {
     pub requests: Vec<Request>,
     /// `RESERVE ms`.
     pub reserve_ms: Option<u64>,
+    /// `BLOCK ms` (only with a lease): wait for the leases server-side.
+    pub block_ms: Option<u64>,
     /// `ATMOST [MIN chunk]`: the chunk (1 for plain `ATMOST`).
     pub atmost: Option<u64>,
     /// `LEASE part ttl-ms`: the TTL of each leased part, in key order.
@@ -536,6 +538,7 @@ pub fn mconsume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<MconsumeArgs, A
         return Err(ERR_NUMKEYS.into());
     }
     let (mut reserve_ms, mut atmost, mut min) = (None, None, None);
+    let mut block_ms = None;
     let mut leases = vec![None; k];
     let mut at = end;
     while at < a.count() {
@@ -554,6 +557,9 @@ pub fn mconsume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<MconsumeArgs, A
             at += 3;
         } else if is_keyword(a.arg(at), "RESERVE") && reserve_ms.is_none() && at + 1 < a.count() {
             reserve_ms = Some(integer(a.arg(at + 1), MAX_WAIT_MS, ERR_WAIT)?);
+            at += 2;
+        } else if is_keyword(a.arg(at), "BLOCK") && block_ms.is_none() && at + 1 < a.count() {
+            block_ms = Some(integer(a.arg(at + 1), MAX_WAIT_MS, ERR_WAIT)?);
             at += 2;
         } else if is_keyword(a.arg(at), "ATMOST") && atmost.is_none() {
             if at + 1 < a.count() && is_keyword(a.arg(at + 1), "MIN") {
@@ -578,6 +584,11 @@ pub fn mconsume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<MconsumeArgs, A
     }
     if atmost.is_some() && leases.iter().any(Option::is_some) {
         return Err(ERR_LEASE_MODE.into());
+    }
+    if block_ms.is_some()
+        && (reserve_ms.is_some() || atmost.is_some() || leases.iter().all(Option::is_none))
+    {
+        return Err(ERR_MCONSUME_BLOCK.into());
     }
     let mut requests = Vec::with_capacity(k);
     for i in 0..k {
@@ -612,6 +623,7 @@ pub fn mconsume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<MconsumeArgs, A
     Ok(MconsumeArgs {
         requests,
         reserve_ms,
+        block_ms,
         atmost,
         leases,
     })
@@ -855,7 +867,10 @@ pub const ERR_LEASE_TTL: ParseError =
 /// Error for LEASE given twice (or twice for one part of TB.MCONSUME).
 pub const ERR_LEASE_TWICE: ParseError = "ERR LEASE given twice";
 /// Error for LEASE with a way of waiting or a partial grant.
-pub const ERR_LEASE_MODE: ParseError = "ERR LEASE cannot be combined with RESERVE, BLOCK or ATMOST";
+pub const ERR_LEASE_MODE: ParseError = "ERR LEASE cannot be combined with RESERVE or ATMOST";
+/// Error for BLOCK on TB.MCONSUME without a lease, or with RESERVE or ATMOST.
+pub const ERR_MCONSUME_BLOCK: ParseError =
+    "ERR BLOCK in TB.MCONSUME waits for leases: it needs LEASE and cannot be combined with RESERVE or ATMOST";
 /// Error for LEASE on n = 0.
 pub const ERR_LEASE_N: ParseError = "ERR LEASE needs n of at least 1";
 /// Error for a bucket that holds the most leases it may.

@@ -174,6 +174,66 @@ pub fn module_args(args: &[&[u8]]) -> Result<Vec<(&'static Setting, i64)>, Strin
     Ok(out)
 }
 
+/// Checks the `tb.*` directives of a redis.conf text: each must name a
+/// setting. Returns a sentence per line that does not (its number, the name
+/// and the closest setting), for the load-time log: Redis 7.0 itself says
+/// only "Module Configuration detected without loadmodule directive".
+pub fn unknown_config_lines(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let Some(directive) = line.split_whitespace().next() else {
+            continue;
+        };
+        let Some(name) = directive
+            .get(..3)
+            .filter(|p| p.eq_ignore_ascii_case("tb."))
+            .map(|_| &directive[3..])
+        else {
+            continue;
+        };
+        if find(name.as_bytes()).is_some() {
+            continue;
+        }
+        let hint = closest(name).map_or(String::new(), |s| format!(" (did you mean 'tb.{s}'?)"));
+        let valid: Vec<String> = ALL.iter().map(|s| format!("tb.{}", s.name)).collect();
+        out.push(format!(
+            "line {}: unknown setting '{directive}'{hint}; the settings are {}",
+            i + 1,
+            valid.join(", ")
+        ));
+    }
+    out
+}
+
+/// The setting whose name is closest to `name` (ignoring case), if any is
+/// within three edits of it.
+fn closest(name: &str) -> Option<&'static str> {
+    let name = name.to_ascii_lowercase();
+    ALL.iter()
+        .map(|s| (edits(&name, s.name), s.name))
+        .filter(|&(d, _)| d <= 3)
+        .min()
+        .map(|(_, n)| n)
+}
+
+/// Levenshtein distance between two short ASCII names.
+fn edits(a: &str, b: &str) -> usize {
+    let b = b.as_bytes();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, &ca) in a.as_bytes().iter().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let next = (row[j + 1] + 1)
+                .min(row[j] + 1)
+                .min(diag + usize::from(ca != cb));
+            diag = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
 /// Why `name` is not a setting, with a hint for the likely mistakes.
 fn unknown(name: &[u8], shown: &str) -> String {
     let hint = if let Some(s) = name.strip_prefix(b"tb.").and_then(find) {
@@ -272,5 +332,22 @@ mod tests {
     fn finds_settings_ignoring_case() {
         assert!(std::ptr::eq(find(b"MAX-WAIT-MS").unwrap(), &MAX_WAIT));
         assert!(find(b"tb.max-wait-ms").is_none());
+    }
+
+    #[test]
+    fn unknown_config_lines_name_the_line_and_the_closest_setting() {
+        let conf = "port 6379\n# tb.nothing\nloadmodule /opt/tb/libtb.so\n\
+                    tb.max-wait-ms 100\nTB.Max-Wait 10000\ntb.colour blue\n";
+        let got = unknown_config_lines(conf);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(
+            got[0].starts_with(
+                "line 5: unknown setting 'TB.Max-Wait' (did you mean 'tb.max-wait-ms'?)"
+            ),
+            "{}",
+            got[0]
+        );
+        assert!(got[1].starts_with("line 6: unknown setting 'tb.colour'; the settings are tb."));
+        assert!(unknown_config_lines("tb.expire-idle yes\n").is_empty());
     }
 }

@@ -7,13 +7,9 @@
 
 mod common;
 
-use std::fs::{self, File};
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use common::clock::Clock;
 use common::{Server, ServerConfig};
 use redis::Connection;
 
@@ -21,87 +17,12 @@ const SEC: i64 = 1_000_000;
 /// A fixed instant (2026-11-22) the frozen clock starts from.
 const T0: i64 = 1_795_300_000 * SEC;
 
-/// Builds the shim once per test binary (with the C compiler cargo itself
-/// links with) and returns its path.
-fn shim() -> &'static Path {
-    static SHIM: OnceLock<PathBuf> = OnceLock::new();
-    SHIM.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clockshift/clockshift.c");
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("clockshift");
-        fs::create_dir_all(&dir).expect("create the shim's directory");
-        let out = dir.join("libclockshift.so");
-        let tmp = dir.join(format!("libclockshift.so.{}", std::process::id()));
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let status = Command::new(&cc)
-            .args([
-                "-O2", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-o",
-            ])
-            .arg(&tmp)
-            .arg(&src)
-            .arg("-ldl")
-            .status()
-            .unwrap_or_else(|e| panic!("cannot run the C compiler {cc:?}: {e}"));
-        assert!(status.success(), "{cc} failed to build {}", src.display());
-        fs::rename(&tmp, &out).expect("move the shim into place");
-        out
-    })
-}
-
-/// The control file of one server's clock (see `clockshift.c`).
-struct Clock {
-    file: File,
-    path: PathBuf,
-    seq: i64,
-}
-
-impl Clock {
-    fn new(dir: &Path) -> Clock {
-        let path = dir.join("clock");
-        let file = File::options()
-            .create(true)
-            .truncate(true)
-            .read(true)
-            .write(true)
-            .open(&path)
-            .expect("create the clock file");
-        let mut c = Clock { file, path, seq: 0 };
-        c.set(0, 0);
-        c
-    }
-
-    /// Writes `mode` and `value` under the seqlock: odd while writing.
-    fn set(&mut self, mode: i64, value: i64) {
-        self.file
-            .write_all_at(&(self.seq + 1).to_ne_bytes(), 0)
-            .unwrap();
-        let mut fields = [0u8; 16];
-        fields[..8].copy_from_slice(&mode.to_ne_bytes());
-        fields[8..].copy_from_slice(&value.to_ne_bytes());
-        self.file.write_all_at(&fields, 8).unwrap();
-        self.seq += 2;
-        self.file.write_all_at(&self.seq.to_ne_bytes(), 0).unwrap();
-    }
-
-    /// The real clock shifted by `offset_us`.
-    fn shift(&mut self, offset_us: i64) {
-        self.set(0, offset_us);
-    }
-
-    /// The clock stopped at `at_us`.
-    fn freeze(&mut self, at_us: i64) {
-        self.set(1, at_us);
-    }
-}
-
 /// A server with the module whose wall clock `clock` controls.
 fn server() -> (Server, Clock, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("a directory for the clock file");
     let clock = Clock::new(dir.path());
     let s = Server::start_with(ServerConfig {
-        env: vec![
-            ("LD_PRELOAD".into(), shim().display().to_string()),
-            ("TB_CLOCK_FILE".into(), clock.path.display().to_string()),
-        ],
+        env: clock.env(),
         ..Default::default()
     });
     (s, clock, dir)

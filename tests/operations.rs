@@ -128,6 +128,27 @@ fn a_bad_tb_config_line_refuses_the_load() {
 }
 
 #[test]
+fn a_misspelled_setting_in_redis_conf_is_named_with_its_line() {
+    let dir = tempfile::tempdir().expect("a directory for redis.conf");
+    let conf = dir.path().join("redis.conf");
+    std::fs::write(
+        &conf,
+        "# rate limits\ntb.expire-idle yes\ntb.max-wait 10000\n",
+    )
+    .expect("write redis.conf");
+    let log = Server::start_refused(ServerConfig {
+        config_file: Some(conf.clone()),
+        ..Default::default()
+    });
+    let expected = format!(
+        "tb: refusing to load: {} line 3: unknown setting 'tb.max-wait' (did you mean \
+         'tb.max-wait-ms'?)",
+        conf.display()
+    );
+    assert!(log.contains(&expected), "{log}");
+}
+
+#[test]
 fn module_arguments_are_defaults_and_config_lines_override_them() {
     let s = Server::start_with(ServerConfig {
         module_args: [

@@ -474,3 +474,36 @@ fn restore_never_crashes_on_corrupt_payloads() {
     );
     assert!(accepted > 0 && refused > 0, "both outcomes were exercised");
 }
+
+#[test]
+fn a_value_from_a_newer_tb_says_so() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let _: Vec<i64> = redis::cmd("TB.CONSUME")
+        .arg("k")
+        .arg(1)
+        .arg(5)
+        .query(&mut c)
+        .unwrap();
+    let p = dump(&mut c, "k");
+    let id = u64::from_be_bytes(p[2..10].try_into().unwrap());
+    let newer = (id & 1023) + 1;
+    let mut body = p[..p.len() - 10].to_vec();
+    body[2..10].copy_from_slice(&((id & !1023) | newer).to_be_bytes());
+    let template = Template {
+        header: body[..10].to_vec(),
+        header_v1: Vec::new(),
+        version: [p[p.len() - 10], p[p.len() - 9]],
+    };
+    let err = restore(&mut c, "k", &template.seal(&body)).expect_err("a newer encoding is refused");
+    assert!(err.contains("Bad data format"), "{err}");
+    let log = s.log();
+    assert!(
+        log.contains(&format!(
+            "written by a newer tb (encoding version {newer}; this build reads 1 to {})",
+            newer - 1
+        )),
+        "the log names the newer version:\n{log}"
+    );
+    assert!(!log.contains("corrupt or truncated"), "{log}");
+}

@@ -5,8 +5,10 @@ Tokens are bytes. Every stream goes through the shipped
 the global one, in the same TB.MCONSUME, one grant from both) before they are
 sent, with ATMOST MIN chunk: a grant is at least a chunk, and a stream that
 finds less waits for a chunk without holding anything, so a stream makes at
-most rate / 64 KiB calls per second whatever its backlog, and users sharing
-the global cap each get their turn.
+most rate / 64 KiB calls per second whatever its backlog. When the global cap
+binds, a stream denied because others took the bytes reserves its next chunk
+instead (queued first come, first served, never denied): users sharing the
+cap take turns, still with at most one call per chunk.
 
 Tiers: normal 10 MB/s, premium 50 MB/s, global 100 MB/s by default; each
 bucket's burst is a tenth of a second of its rate (at least one chunk): over

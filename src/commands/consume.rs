@@ -3,7 +3,9 @@
 //! `key`, refilled lazily at `rate` up to `capacity`. `ATMOST MIN chunk`
 //! grants at least `min(chunk, n)` tokens or nothing (a denial waits for that
 //! many). With `LEASE`, the tokens are lent: `TB.RELEASE` gives them back, or
-//! they come back `ttl-ms` later ([`crate::lease`]).
+//! they come back `ttl-ms` later ([`crate::lease`]); with `BLOCK ms` too, a
+//! lease that cannot be granted now is waited for server-side, first come
+//! first served (`glue::lease_wait`).
 //!
 //! Reply: `[allowed, remaining, retry_after_ms, reset_after_ms, granted]`,
 //! and with `LEASE` a sixth element, the lease id (0 when denied).
@@ -12,7 +14,7 @@ use crate::bucket::{self, Kind, Mode};
 use crate::glue::command::{block, integer, key, one_of, pure_token, string, Access, Arity};
 use crate::glue::command::{Arg, Command, Keys, Spec};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
-use crate::glue::{blocking, clock, config, stats, top};
+use crate::glue::{blocking, clock, config, lease_wait, stats, top};
 use crate::lease;
 use crate::parse::{self, Wait};
 
@@ -54,31 +56,83 @@ pub const ATMOST_ARGS: &[Arg] = &[
     integer(c"chunk").token(c"MIN").optional(),
 ];
 
-const ERR_CANNOT_BLOCK: &str =
+pub(crate) const ERR_CANNOT_BLOCK: &str =
     "ERR BLOCK cannot wait inside MULTI, a script, or on a client that cannot block: use RESERVE and wait on the client";
 
 fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let a = parse::consume_args(args)?;
     let opts = a.options;
+    if let (Some(_), Wait::Block(ms)) = (a.lease_ttl_ms, opts.wait) {
+        check_block(ctx, ms)?;
+        let now = |c: &Ctx| lease_now(c, args, &a);
+        return lease_wait::wait(ctx, args, ms, 1..2, c"tb.consume", lease_try, &now);
+    }
     let mode = match opts.wait {
         Wait::No if opts.atmost => Mode::AtMost {
             min: opts.min.unwrap_or(1),
         },
         Wait::No => Mode::All,
-        Wait::Reserve(ms) | Wait::Block(ms) => {
-            let max = config::max_wait_ms();
-            if ms > max {
-                return Err(CmdError::Owned(parse::err_wait_exceeds(max)));
-            }
-            Mode::Reserve {
-                max_wait_us: ms * 1000,
-            }
-        }
+        Wait::Reserve(ms) | Wait::Block(ms) => Mode::Reserve {
+            max_wait_us: ms * 1000,
+        },
     };
-    let block = matches!(opts.wait, Wait::Block(_));
-    if block && !blocking::can_block(ctx) {
+    let block = match opts.wait {
+        Wait::Reserve(ms) => check_wait(ms).map(|()| false)?,
+        Wait::Block(ms) => check_block(ctx, ms).map(|()| true)?,
+        Wait::No => false,
+    };
+    let (o, lease_id) = take(ctx, args, &a, mode)?;
+    let reply = [
+        i64::from(o.allowed()),
+        o.remaining as i64,
+        o.retry_after_ms,
+        o.reset_after_ms,
+        o.granted as i64,
+    ];
+    if block
+        && o.kind == Kind::Reserved
+        && blocking::has_room(ctx)
+        && blocking::block_for(ctx, o.retry_after_ms, args.key(1), a.limits, o.granted)
+    {
+        return Ok(());
+    }
+    if a.lease_ttl_ms.is_some() {
+        let mut with_id = reply.to_vec();
+        with_id.push(lease_id as i64);
+        ctx.reply().ints(&with_id);
+    } else {
+        ctx.reply().ints(&reply);
+    }
+    Ok(())
+}
+
+/// Refuses a wait longer than `tb.max-wait-ms`.
+fn check_wait(ms: u64) -> Result<(), CmdError> {
+    let max = config::max_wait_ms();
+    if ms > max {
+        return Err(CmdError::Owned(parse::err_wait_exceeds(max)));
+    }
+    Ok(())
+}
+
+/// Refuses a BLOCK that is too long or cannot block here.
+fn check_block(ctx: &Ctx, ms: u64) -> Result<(), CmdError> {
+    check_wait(ms)?;
+    if !blocking::can_block(ctx) {
         return Err(ERR_CANNOT_BLOCK.into());
     }
+    Ok(())
+}
+
+/// The call's write: takes (or lends) the tokens, commits, records; the
+/// outcome and the lease id (0: none).
+fn take(
+    ctx: &Ctx,
+    args: &Args,
+    a: &parse::ConsumeArgs,
+    mode: Mode,
+) -> Result<(bucket::Outcome, u64), CmdError> {
+    let opts = a.options;
     let now = clock::now_us();
     let key = ctx.open_bucket(args.key(1))?;
     let stored = key.stored_at(now);
@@ -104,26 +158,48 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     drop(key);
     stats::record(&o, opts.n);
     top::record(&o, now, || args.bytes(1));
-    let reply = [
-        i64::from(o.allowed()),
-        o.remaining as i64,
-        o.retry_after_ms,
-        o.reset_after_ms,
-        o.granted as i64,
-    ];
-    if block
-        && o.kind == Kind::Reserved
-        && blocking::has_room(ctx)
-        && blocking::block_for(ctx, o.retry_after_ms, args.key(1), a.limits, o.granted)
-    {
-        return Ok(());
+    Ok((o, lease_id))
+}
+
+/// One try of `TB.CONSUME ... BLOCK ms LEASE ttl` for the wait queue: the
+/// lease as without BLOCK; with `dry`, the denial, nothing written.
+fn lease_try(ctx: &Ctx, args: &Args, dry: bool) -> Result<lease_wait::Try, CmdError> {
+    let a = parse::consume_args(args)?;
+    let n = a.options.n;
+    if dry {
+        let now = clock::now_us();
+        let key = ctx.read_bucket(args.key(1))?;
+        let stored = key.stored_at(now);
+        let left = stored.map_or(a.limits.capacity, |b| b.whole_tokens(now));
+        let mut o = bucket::consume(stored.as_ref(), a.limits, n, Mode::All, now);
+        lease::wait_with_leases(&mut o, &key.leases(), n, now);
+        let retry = if o.kind == Kind::Allowed {
+            0
+        } else {
+            o.retry_after_ms
+        };
+        return Ok(lease_wait::Try {
+            granted: false,
+            retry_after_ms: retry,
+            reply: vec![0, left as i64, retry, o.reset_after_ms, 0, 0],
+        });
     }
-    if a.lease_ttl_ms.is_some() {
-        let mut with_id = reply.to_vec();
-        with_id.push(lease_id as i64);
-        ctx.reply().ints(&with_id);
-    } else {
-        ctx.reply().ints(&reply);
-    }
-    Ok(())
+    lease_now(ctx, args, &a)
+}
+
+/// The lease as without BLOCK, for the wait queue.
+fn lease_now(ctx: &Ctx, args: &Args, a: &parse::ConsumeArgs) -> Result<lease_wait::Try, CmdError> {
+    let (o, lease_id) = take(ctx, args, a, Mode::All)?;
+    Ok(lease_wait::Try {
+        granted: o.allowed(),
+        retry_after_ms: o.retry_after_ms,
+        reply: vec![
+            i64::from(o.allowed()),
+            o.remaining as i64,
+            o.retry_after_ms,
+            o.reset_after_ms,
+            o.granted as i64,
+            lease_id as i64,
+        ],
+    })
 }

@@ -14,19 +14,23 @@
 //! denied with the wait for the leased parts; `ATMOST` with `LEASE` is an
 //! error.
 //!
+//! `BLOCK ms` (with a lease, instead of `RESERVE`) waits server-side for
+//! the whole grant, first come first served on each bucket
+//! (`glue::lease_wait`); when the wait runs out, the denial.
+//!
 //! Reply: `[allowed, retry_after_ms, remaining_1, ..., remaining_k]`; with
 //! `ATMOST` one more element, `granted` (`g`, 0 when denied); with any `LEASE`
 //! the lease id of every part after the remaining tokens (0 for a part
 //! without a lease, or when denied).
 
-use super::consume::ATMOST_ARGS;
+use super::consume::{ATMOST_ARGS, ERR_CANNOT_BLOCK};
 use crate::bucket::{self, Kind, Mode, Part};
 use crate::glue::command::{
     block, integer, key, one_of, string, Access, Arity, Command, Keys, Spec,
 };
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
-use crate::glue::store::{BucketKey, Write};
-use crate::glue::{clock, config, stats, top};
+use crate::glue::store::{BucketKey, Read, Write};
+use crate::glue::{blocking, clock, config, lease_wait, stats, top};
 use crate::parse;
 
 /// `TB.MCONSUME`.
@@ -53,6 +57,7 @@ impl Command for Mconsume {
                 c"mode",
                 &[
                     integer(c"reserve-ms").token(c"RESERVE"),
+                    integer(c"block-ms").token(c"BLOCK"),
                     block(c"atmost", ATMOST_ARGS),
                 ],
             )
@@ -67,6 +72,29 @@ impl Command for Mconsume {
 
 fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let a = parse::mconsume_args(args)?;
+    let max = config::max_wait_ms();
+    if let Some(ms) = a.block_ms {
+        if ms > max {
+            return Err(CmdError::Owned(parse::err_wait_exceeds(max)));
+        }
+        if !blocking::can_block(ctx) {
+            return Err(ERR_CANNOT_BLOCK.into());
+        }
+        let keys = 2..2 + a.requests.len();
+        let now = |c: &Ctx| lease_now(c, args, &a);
+        return lease_wait::wait(ctx, args, ms, keys, c"tb.mconsume", lease_try, &now);
+    }
+    let (_, _, reply) = take(ctx, args, &a)?;
+    ctx.reply().ints(&reply);
+    Ok(())
+}
+
+/// The call's write: the outcome's `allowed`, `retry_after_ms` and reply.
+fn take(
+    ctx: &Ctx,
+    args: &Args,
+    a: &parse::MconsumeArgs,
+) -> Result<(bool, i64, Vec<i64>), CmdError> {
     let max = config::max_wait_ms();
     let mode = match (a.reserve_ms, a.atmost) {
         (None, Some(min)) => Mode::AtMost { min },
@@ -133,33 +161,80 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let partial = a.atmost.is_some() && o.granted < asked;
     stats::record_multi(o.allowed, o.retry_after_ms, o.taken.iter().sum(), partial);
     top::record_multi(&o, now, |i| args.bytes(2 + i));
-    let r = ctx.reply();
     let k = o.remaining.len();
-    r.array(2 + k + usize::from(a.atmost.is_some()) + if any_lease { k } else { 0 });
-    r.int(i64::from(o.allowed));
-    r.int(o.retry_after_ms);
-    for &left in &o.remaining {
-        r.int(left as i64);
-    }
+    let mut reply =
+        Vec::with_capacity(2 + k + usize::from(a.atmost.is_some()) + if any_lease { k } else { 0 });
+    reply.push(i64::from(o.allowed));
+    reply.push(o.retry_after_ms);
+    reply.extend(o.remaining.iter().map(|&left| left as i64));
     if a.atmost.is_some() {
-        r.int(o.granted as i64);
+        reply.push(o.granted as i64);
     }
     if any_lease {
-        for &id in &ids {
-            r.int(id as i64);
-        }
+        reply.extend(ids.iter().map(|&id| id as i64));
     }
-    Ok(())
+    Ok((o.allowed, o.retry_after_ms, reply))
+}
+
+/// The leases as without BLOCK, for the wait queue.
+fn lease_now(ctx: &Ctx, args: &Args, a: &parse::MconsumeArgs) -> Result<lease_wait::Try, CmdError> {
+    let (granted, retry_after_ms, reply) = take(ctx, args, a)?;
+    Ok(lease_wait::Try {
+        granted,
+        retry_after_ms,
+        reply,
+    })
+}
+
+/// One try of `TB.MCONSUME ... BLOCK ms LEASE ...` for the wait queue: the
+/// leases as without BLOCK; with `dry`, the denial, nothing written.
+fn lease_try(ctx: &Ctx, args: &Args, dry: bool) -> Result<lease_wait::Try, CmdError> {
+    let a = parse::mconsume_args(args)?;
+    if !dry {
+        return lease_now(ctx, args, &a);
+    }
+    let now = clock::now_us();
+    let keys = (0..a.requests.len())
+        .map(|i| ctx.read_bucket(args.key(2 + i)))
+        .collect::<Result<Vec<BucketKey<Read>>, _>>()?;
+    let parts: Vec<Part> = a
+        .requests
+        .iter()
+        .zip(&keys)
+        .map(|(r, key)| Part {
+            stored: key.stored_at(now),
+            limits: r.limits,
+            n: r.n,
+        })
+        .collect();
+    let o = bucket::consume_all(&parts, Mode::All, now);
+    let retry = if o.allowed {
+        0
+    } else {
+        wait_with_leases(&o.need, &o.buckets, &keys, &[], now)
+    };
+    let mut reply = vec![0, retry];
+    reply.extend(
+        parts
+            .iter()
+            .map(|p| p.stored.map_or(p.limits.capacity, |b| b.whole_tokens(now)) as i64),
+    );
+    reply.extend(parts.iter().map(|_| 0));
+    Ok(lease_wait::Try {
+        granted: false,
+        retry_after_ms: retry,
+        reply,
+    })
 }
 
 /// The wait of a denial counting the held leases' expiry (each part waits
 /// for what it `need`s): the longest over
 /// the parts in `only` (the leased parts short now), or over every part when
 /// `only` is empty; -1 if one of them can never succeed.
-fn wait_with_leases(
+fn wait_with_leases<M>(
     need: &[u64],
     buckets: &[bucket::Bucket],
-    keys: &[BucketKey<Write>],
+    keys: &[BucketKey<M>],
     only: &[usize],
     now: i64,
 ) -> i64 {

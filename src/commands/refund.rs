@@ -7,7 +7,7 @@
 use crate::bucket;
 use crate::glue::command::{integer, key, Access, Arity, Command, Keys, Spec};
 use crate::glue::entry::{Args, CmdResult, Ctx};
-use crate::glue::{clock, stats};
+use crate::glue::{clock, lease_wait, stats};
 use crate::parse;
 
 /// `TB.REFUND`.
@@ -36,6 +36,9 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     };
     if n > 0 {
         key.commit(&b);
+        drop(key);
+        // The tokens back go first to calls waiting for a lease on this key.
+        lease_wait::after_give_back(ctx, args.bytes(1));
         stats::REFUNDS.add(1);
     }
     ctx.reply().int(b.whole_tokens(now) as i64);

@@ -11,7 +11,7 @@
 
 use crate::glue::command::{integer, key, Access, Arity, Command, Keys, Spec};
 use crate::glue::entry::{Args, CmdResult, Ctx};
-use crate::glue::{clock, stats};
+use crate::glue::{clock, lease_wait, stats};
 use crate::{lease, parse};
 
 /// `TB.RELEASE`.
@@ -48,6 +48,9 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         return Ok(());
     };
     key.commit(&b);
+    drop(key);
+    // The tokens back go first to calls waiting for a lease on this key.
+    lease_wait::after_give_back(ctx, args.bytes(1));
     stats::REFUNDS.add(1);
     ctx.reply()
         .int(released.returned.clamp(i64::MIN as i128, i64::MAX as i128) as i64);

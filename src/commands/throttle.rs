@@ -3,13 +3,14 @@
 //! capacity = max_burst + 1, rate = count / period tokens per second.
 //!
 //! Reply: `[limited, max_burst + 1, remaining, retry_after_s (-1 when
-//! allowed or never), reset_after_s]`, seconds rounded up.
+//! allowed or never), reset_after_s]`, seconds rounded up ([`crate::cell`]:
+//! a quantity of 0 is always allowed, as in redis-cell).
 
 use crate::bucket::{self, Mode};
 use crate::glue::command::{integer, key, Access, Arity, Command, Keys, Spec};
 use crate::glue::entry::{Args, CmdResult, Ctx};
 use crate::glue::{clock, stats, top};
-use crate::parse;
+use crate::{cell, parse};
 
 /// `CL.THROTTLE`.
 pub struct Throttle;
@@ -33,14 +34,6 @@ impl Command for Throttle {
     };
 }
 
-fn ceil_secs(ms: i64) -> i64 {
-    if ms < 0 {
-        -1
-    } else {
-        (ms + 999) / 1000
-    }
-}
-
 fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let a = parse::throttle_args(args)?;
     let now = clock::now_us();
@@ -57,17 +50,7 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     }
     stats::record(&o, a.quantity);
     top::record(&o, now, || args.bytes(1));
-    let retry = if o.allowed() {
-        -1
-    } else {
-        ceil_secs(o.retry_after_ms)
-    };
-    ctx.reply().ints(&[
-        i64::from(!o.allowed()),
-        a.limits.capacity as i64,
-        o.remaining as i64,
-        retry,
-        ceil_secs(o.reset_after_ms),
-    ]);
+    ctx.reply()
+        .ints(&cell::reply(&o, a.quantity, a.limits.capacity, now));
     Ok(())
 }

@@ -20,7 +20,12 @@
 //!   once, so an abandoned waiter holds nothing (a handle carries two
 //!   module reply buffers, tens of KB: BENCHMARKS.md);
 //! - `CLIENT UNBLOCK` (timeout): it gets at once the answer RESERVE would
-//!   give (granted, with the wait still to go), and the handle goes back.
+//!   give (granted, with the wait still to go), and the handle goes back;
+//! - the server turns replica: it gets Redis' `-UNBLOCKED` error at once
+//!   ([`role_changed`]), as Redis 7.0 and 8.2 and Valkey 8 answer it
+//!   themselves. (Valkey 9 keeps a module's waiter blocked across a cluster
+//!   failover: it would be told to go, when due, by a replica whose state
+//!   may lack its reservation.)
 //!
 //! So [`WAITING`] holds exactly the handles the module keeps, and
 //! `tb.max-blocked` bounds them (and no client blocks when memory is
@@ -34,7 +39,9 @@ use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use redis_module::raw;
+use redis_module::server_events::ServerRole;
+use redis_module::{raw, Context};
+use redis_module_macros::role_changed_event_handler;
 
 use super::entry::{guard, Ctx, KeyName};
 use super::reply::Replier;
@@ -127,7 +134,8 @@ fn insert(bc: Handle, w: Waiter) {
     WAITING.with(|all| {
         let mut all = all.borrow_mut();
         all.insert(bc as usize, w);
-        stats::BLOCKED_NOW.store(all.len() as i64, Ordering::Relaxed);
+        let n = all.len() + super::lease_wait::count();
+        stats::BLOCKED_NOW.store(n as i64, Ordering::Relaxed);
     })
 }
 
@@ -137,9 +145,15 @@ fn remove(bc: Handle) -> Option<Waiter> {
     WAITING.with(|all| {
         let mut all = all.borrow_mut();
         let w = all.remove(&(bc as usize));
-        stats::BLOCKED_NOW.store(all.len() as i64, Ordering::Relaxed);
+        let n = all.len() + super::lease_wait::count();
+        stats::BLOCKED_NOW.store(n as i64, Ordering::Relaxed);
         w
     })
+}
+
+/// Number of clients waiting for a reservation (not for a lease).
+pub fn count() -> usize {
+    WAITING.with(|all| all.borrow().len())
 }
 
 /// Used memory, as a fraction of `maxmemory`, past which no client blocks:
@@ -273,11 +287,23 @@ pub fn block_for(
     true
 }
 
-/// Hands `bc` back to Redis, with the waiter whose reply its reply callback
-/// sends (or none: the client is gone, or was answered already); Redis frees
-/// the handle before the event loop next sleeps.
-fn hand_back(bc: Handle, reply: Option<Waiter>) {
-    let privdata = reply.map_or(std::ptr::null_mut(), |w| Box::into_raw(Box::new(w)));
+/// What the reply callback of a handed-back handle answers.
+enum Answer {
+    /// The waiter's reservation is due: its reply.
+    Due(Waiter),
+    /// The server turned replica: Redis' own error for that.
+    Unblocked,
+}
+
+/// The error Redis answers a blocked client when the server turns replica.
+const UNBLOCKED: &str =
+    "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)";
+
+/// Hands `bc` back to Redis, with what its reply callback answers (or
+/// nothing: the client is gone, or was answered already); Redis frees the
+/// handle before the event loop next sleeps.
+fn hand_back(bc: Handle, reply: Option<Answer>) {
+    let privdata = reply.map_or(std::ptr::null_mut(), |a| Box::into_raw(Box::new(a)));
     // SAFETY: bc came from RedisModule_BlockClient and was in WAITING, from
     // which every caller removed it: it is handed back exactly once. Redis
     // passes privdata to reply_due (if the client is still there) and then
@@ -289,8 +315,26 @@ fn hand_back(bc: Handle, reply: Option<Waiter>) {
 fn timer_fired(data: *mut c_void) {
     let bc: Handle = data.cast();
     if let Some(w) = remove(bc) {
-        hand_back(bc, Some(w));
+        hand_back(bc, Some(Answer::Due(w)));
     }
+}
+
+/// The server turned replica: every waiter is answered `-UNBLOCKED` now,
+/// never told to go by a replica (its reservation stands where it was
+/// replicated to).
+#[role_changed_event_handler]
+fn role_changed(_ctx: &Context, role: ServerRole) {
+    guard((), || {
+        if !matches!(role, ServerRole::Replica) {
+            return;
+        }
+        let all: Vec<(usize, Waiter)> = WAITING.with(|all| all.borrow_mut().drain().collect());
+        stats::BLOCKED_NOW.store(0, Ordering::Relaxed);
+        for (bc, w) in all {
+            waker::stop(w.timer);
+            hand_back(bc as Handle, Some(Answer::Unblocked));
+        }
+    })
 }
 
 /// Redis released the client before its reservation was due: it
@@ -327,9 +371,7 @@ extern "C" fn unblocked_early(
         };
         match remove(bc) {
             Some(w) => {
-                let left = waker::stop(w.timer).map_or(0, |(left, _)| left.as_millis());
-                // Whole milliseconds, rounded up: never optimistic.
-                let left_ms = (left + u128::from(left > 0)).min(i64::MAX as u128) as i64;
+                let left_ms = waker::stop(w.timer).map_or(0, |(left, _)| waker::ceil_ms(left));
                 r.ints(&w.reply(ctx, left_ms));
                 hand_back(bc, None);
             }
@@ -344,18 +386,19 @@ extern "C" fn unblocked_early(
 /// Replies for the waiter attached to a handed-back handle.
 fn reply_from_privdata(ctx: NonNull<raw::RedisModuleCtx>) {
     // SAFETY: ctx is a reply or timeout context of a client blocked by
-    // `block_for`; its private data is the Waiter set by `hand_back` (or
+    // `block_for`; its private data is the Answer set by `hand_back` (or
     // NULL), alive until free_due runs after this callback.
-    let (w, r) = unsafe {
+    let (a, r) = unsafe {
         (
             raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx.as_ptr())
-                .cast::<Waiter>()
+                .cast::<Answer>()
                 .as_ref(),
             Replier::from_raw(ctx.as_ptr()),
         )
     };
-    match w {
-        Some(w) => r.ints(&w.reply(ctx, 0)),
+    match a {
+        Some(Answer::Due(w)) => r.ints(&w.reply(ctx, 0)),
+        Some(Answer::Unblocked) => r.error(UNBLOCKED),
         None => r.error("ERR tb: lost the reservation reply"),
     }
 }
@@ -376,9 +419,9 @@ extern "C" fn reply_due(
 extern "C" fn free_due(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {
     guard((), || {
         if !privdata.is_null() {
-            // SAFETY: privdata is the Box<Waiter> leaked in `hand_back`,
-            // freed once (which releases its key).
-            drop(unsafe { Box::from_raw(privdata.cast::<Waiter>()) });
+            // SAFETY: privdata is the Box<Answer> leaked in `hand_back`,
+            // freed once (which releases a waiter's key).
+            drop(unsafe { Box::from_raw(privdata.cast::<Answer>()) });
         }
     })
 }

@@ -115,6 +115,42 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, args: &[&[u8]]) -> Result<(), Str
     Ok(())
 }
 
+/// Checks the `tb.*` lines of the server's config file (and the files it
+/// `include`s) against the settings: a misspelled name refuses the load with
+/// a log line that names the file, the line and the closest setting. Redis
+/// 7.0 would otherwise stop with only "Module Configuration detected without
+/// loadmodule directive". Files that cannot be read are left to Redis.
+pub fn check_config_file() -> Result<(), String> {
+    let Some(path) = eviction::server_info_field(c"server", c"config_file") else {
+        return Ok(());
+    };
+    let mut problems = Vec::new();
+    let mut files = vec![path];
+    let mut seen = 0;
+    while let Some(file) = files.pop() {
+        seen += 1;
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        problems.extend(
+            settings::unknown_config_lines(&text)
+                .into_iter()
+                .map(|p| format!("{file} {p}")),
+        );
+        if seen < 16 {
+            files.extend(text.lines().filter_map(|l| {
+                let mut words = l.split_whitespace();
+                let include = words.next()?.eq_ignore_ascii_case("include");
+                include.then(|| words.next().map(String::from))?
+            }));
+        }
+    }
+    match problems.is_empty() {
+        true => Ok(()),
+        false => Err(problems.join("; ")),
+    }
+}
+
 /// The setting a config callback was registered with.
 ///
 /// # Safety

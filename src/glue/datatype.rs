@@ -202,6 +202,14 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
         let loaded = match encver {
             1 => load_v1(rdb).map(|b| (b, Leases::default())),
             2 => load_v2(rdb),
+            v if v > ENCODING_VERSION => {
+                redis_module::logging::log_warning(format!(
+                    "tb: a tb-bucket value was written by a newer tb (encoding version {v}; \
+                     this build reads 1 to {ENCODING_VERSION}): load this data with that \
+                     version of tb or newer"
+                ));
+                return std::ptr::null_mut();
+            }
             _ => None,
         };
         match loaded {

@@ -58,24 +58,28 @@ fn classify(policy: &str) -> u8 {
 
 /// `maxmemory-policy`, from the `maxmemory_policy` field of `INFO memory`.
 fn read_policy() -> Option<String> {
+    server_info_field(c"memory", c"maxmemory_policy")
+}
+
+/// One field of an `INFO` section, read through the module API.
+pub fn server_info_field(section: &CStr, field: &CStr) -> Option<String> {
     // SAFETY: the API pointers are filled by RedisModule_Init. A NULL context
     // is allowed for GetServerInfo and FreeServerInfo (no automatic memory);
     // the field's C string lives until FreeServerInfo, and is copied first.
     unsafe {
-        let (get, field, free) = (
+        let (get, get_field, free) = (
             raw::RedisModule_GetServerInfo?,
             raw::RedisModule_ServerInfoGetFieldC?,
             raw::RedisModule_FreeServerInfo?,
         );
-        let info = get(std::ptr::null_mut(), c"memory".as_ptr());
+        let info = get(std::ptr::null_mut(), section.as_ptr());
         if info.is_null() {
             return None;
         }
-        let value = field(info, c"maxmemory_policy".as_ptr());
-        let policy =
-            (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().into_owned());
+        let value = get_field(info, field.as_ptr());
+        let text = (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().into_owned());
         free(std::ptr::null_mut(), info);
-        policy
+        text
     }
 }
 

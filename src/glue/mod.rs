@@ -8,6 +8,7 @@ pub mod config;
 pub mod datatype;
 pub mod entry;
 pub mod eviction;
+pub mod lease_wait;
 pub mod log;
 pub mod reply;
 pub mod stats;

@@ -103,6 +103,12 @@ pub fn stop(id: TimerId) -> Option<(Duration, *mut c_void)> {
     Some((left, timer.data as *mut c_void))
 }
 
+/// `d` in whole milliseconds, rounded up: a wait reported from it is never
+/// shorter than the time actually left (a client told 0 may go now).
+pub fn ceil_ms(d: Duration) -> i64 {
+    d.as_nanos().div_ceil(1_000_000).min(i64::MAX as u128) as i64
+}
+
 /// The clock thread: sleeps until the earliest timer is due, then queues a
 /// drain on the main thread and waits for it to have run.
 fn keep_time() {
@@ -166,5 +172,21 @@ fn run_due() {
     CHANGED.notify_one();
     for timer in due {
         guard((), || (timer.callback)(timer.data as *mut c_void));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ceil_ms_never_reports_less_than_is_left() {
+        assert_eq!(ceil_ms(Duration::ZERO), 0);
+        // Under a millisecond left is not "due now".
+        assert_eq!(ceil_ms(Duration::from_nanos(1)), 1);
+        assert_eq!(ceil_ms(Duration::from_micros(400)), 1);
+        assert_eq!(ceil_ms(Duration::from_millis(2)), 2);
+        assert_eq!(ceil_ms(Duration::from_micros(2001)), 3);
+        assert_eq!(ceil_ms(Duration::MAX), i64::MAX);
     }
 }

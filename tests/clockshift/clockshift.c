@@ -17,6 +17,17 @@
  * gettimeofday, time. Never shifted: CLOCK_MONOTONIC and the other clocks,
  * as a real step of the wall clock leaves them alone.
  *
+ * Valkey 9 reads the wall clock at most once a millisecond when its
+ * monotonic clock is the CPU's time-stamp counter: in between, ustime() and
+ * mstime() add the counter's progress (rdtsc, which no library call sees)
+ * to the last reading, so a frozen clock drifts by up to 999 us and a step
+ * shows up to 1 ms late. It takes the counter only when /proc/cpuinfo lists
+ * `constant_tsc`; with the POSIX monotonic clock it calls gettimeofday every
+ * time. So, with TB_CLOCK_FILE set, a process that opens /proc/cpuinfo reads
+ * it without the `constant_tsc` flag (Valkey then logs "monotonic clock:
+ * POSIX clock_gettime"). Redis 7.0 and 8.2 and Valkey 8 read the wall clock
+ * on every call anyway.
+ *
  * Build: cc -O2 -shared -fPIC -o libclockshift.so clockshift.c -ldl
  */
 #define _GNU_SOURCE
@@ -25,6 +36,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
@@ -129,4 +141,49 @@ time_t time(time_t *out)
     if (out != NULL)
         *out = ts.tv_sec;
     return ts.tv_sec;
+}
+
+/* /proc/cpuinfo without `constant_tsc` (see the top of this file); any other
+ * file, or the clock untouched, opens as usual. The copy lives as long as
+ * the stream (fmemopen keeps the buffer; the few KB are never freed). */
+static FILE *open_file(const char *name, const char *path, const char *mode)
+{
+    FILE *(*real)(const char *, const char *) = (FILE * (*)(const char *, const char *)) dlsym(RTLD_NEXT, name);
+    if (ctl == NULL || strcmp(path, "/proc/cpuinfo") != 0)
+        return real(path, mode);
+    FILE *in = real(path, "r");
+    if (in == NULL)
+        return NULL;
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    if (buf == NULL) {
+        fclose(in);
+        return NULL;
+    }
+    size_t n;
+    while ((n = fread(buf + len, 1, cap - 1 - len, in)) > 0) {
+        len += n;
+        if (len == cap - 1) {
+            char *bigger = realloc(buf, cap * 2);
+            if (bigger == NULL)
+                break;
+            buf = bigger;
+            cap *= 2;
+        }
+    }
+    fclose(in);
+    buf[len] = '\0';
+    for (char *p = buf; (p = strstr(p, " constant_tsc")) != NULL;)
+        memset(p, ' ', strlen(" constant_tsc"));
+    return fmemopen(buf, len, "r");
+}
+
+FILE *fopen(const char *restrict path, const char *restrict mode)
+{
+    return open_file("fopen", path, mode);
+}
+
+FILE *fopen64(const char *restrict path, const char *restrict mode)
+{
+    return open_file("fopen64", path, mode);
 }

@@ -12,6 +12,7 @@
 
 #![allow(dead_code)]
 
+pub mod clock;
 pub mod cluster;
 pub mod rng;
 pub mod vocab;
@@ -174,6 +175,9 @@ pub struct ServerConfig {
     /// Extra environment variables for the server process (e.g. an
     /// `LD_PRELOAD` clock shim, see `tests/clock.rs`).
     pub env: Vec<(String, String)>,
+    /// A config file to start from (the first argument of `redis-server`);
+    /// the harness's own options follow it and win.
+    pub config_file: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -185,6 +189,7 @@ impl Default for ServerConfig {
             dir: None,
             port: None,
             env: Vec::new(),
+            config_file: None,
         }
     }
 }
@@ -466,6 +471,7 @@ pub fn replica_of(master: &Server, cfg: ServerConfig) -> Server {
 fn spawn(port: u16, dir: &Path, cfg: &ServerConfig) -> Result<Child, String> {
     let bin = redis_server_bin();
     let mut cmd = Command::new(&bin);
+    cmd.args(&cfg.config_file);
     cmd.current_dir(dir)
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--dir"])
         .arg(dir)

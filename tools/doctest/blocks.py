@@ -11,7 +11,9 @@ items and block quotes count too) and run by its language (runners.py):
 - ``python``: run with the docs venv's interpreter;
 - ``conf``: a redis.conf, loaded into a real server and read back;
 - ``rust``: must be an ``excerpt=`` of a tested file;
-- ``js``/``javascript``: the Node runner's hook.
+- ``js``/``javascript``: the Node runner's hook;
+- ``ruby``: run with ruby against the tb-limiter gem as installed by
+  ``make ruby-gem``.
 
 Any other language, a block without one, and an indented code block fail.
 A block may be preceded, with nothing but blank lines between, by one HTML

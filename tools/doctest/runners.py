@@ -129,6 +129,9 @@ def prepare_env(ctx: Context) -> None:
         (ctx.scratch / name).write_text(ctx.point(text, user))
     # Python blocks and background commands import the file= blocks.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ctx.scratch), env.get("PYTHONPATH")]))
+    # Ruby blocks and background commands (a Sidekiq worker) load the gem
+    # as `make ruby-gem` installed it.
+    env["GEM_HOME"] = str(RUBY_GEM_HOME)
     ctx.env = env
 
 
@@ -458,17 +461,41 @@ NODE_PACKAGE = ROOT / "clients" / "node"
 
 def run_js(ctx: Context) -> None:
     """An ES module (top-level await works), run by the Node client's
-    clients/node/tools/run-block.js in a scratch project where tb-limiter is
-    installed beside node-redis, ioredis and bullmq (``make node-deps``)."""
+    clients/node/tools/run-block.js in a scratch directory of the user's
+    project TB_NODE_PROJECT names, where tb-limiter is installed as users
+    install it, outside the repository, beside the newest node-redis, ioredis
+    and bullmq (``make node-installed`` makes it and prints its path)."""
     node = shutil.which("node")
     if node is None:
         raise RuntimeError("node is not installed: run `make node-deps`")
-    if not (NODE_PACKAGE / "node_modules").is_dir():
-        raise RuntimeError("clients/node has no node_modules: run `make node-deps`")
+    project = os.environ.get("TB_NODE_PROJECT")
+    if not project or not (Path(project) / "node_modules" / "tb-limiter").exists():
+        raise RuntimeError(
+            f"TB_NODE_PROJECT={project!r} is not a project with tb-limiter installed: run `make node-installed`"
+        )
+    ctx.env["TB_NODE_PROJECT"] = project
     script = ctx.scratch / "block.mjs"
     script.write_text(ctx.text())
     runner = NODE_PACKAGE / "tools" / "run-block.js"
     printed = _run([node, str(runner), str(script), str(int(BLOCK_TIMEOUT_S * 1000))], ctx, ctx.scratch, "the block")
+    check_output(ctx, printed)
+
+
+RUBY_GEM_HOME = ROOT / "target" / "ruby-gems"
+
+
+def run_ruby(ctx: Context) -> None:
+    """A Ruby script, run with Debian's ruby against the tb-limiter gem as
+    ``make ruby-gem`` builds and installs it (target/ruby-gems), beside
+    Debian's redis-rb and Sidekiq."""
+    ruby = shutil.which("ruby")
+    if ruby is None:
+        raise RuntimeError("ruby is not installed: run `make ruby-deps`")
+    if not list((RUBY_GEM_HOME / "gems").glob("tb-limiter-*")):
+        raise RuntimeError(f"the tb-limiter gem is not installed in {RUBY_GEM_HOME}: run `make ruby-gem`")
+    script = ctx.scratch / "block.rb"
+    script.write_text(ctx.text())
+    printed = _run([ruby, str(script)], ctx, ctx.scratch, "the block")
     check_output(ctx, printed)
 
 
@@ -481,6 +508,7 @@ RUNNERS: dict[str, Callable[[Context], None]] = {
     "rust": run_rust,
     "js": run_js,
     "javascript": run_js,
+    "ruby": run_ruby,
 }
 
 

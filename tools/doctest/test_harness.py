@@ -60,6 +60,16 @@ def test_a_js_block_runs_and_its_failure_fails(tmp_path: Path) -> None:
         run(tmp_path, "```js\nprocess.exit(3)\n```\n")
 
 
+def test_a_ruby_block_runs_with_the_installed_gem_and_its_failure_fails(tmp_path: Path) -> None:
+    text = "```ruby\nrequire 'tb_limiter'\nputs TbLimiter::Limiter.name\n```\n\n" \
+        "<!-- doctest: output -->\n```text\nTbLimiter::Limiter\n```\n"
+    run(tmp_path, text)
+    with pytest.raises(runners.Failure, match="does not show what the block prints"):
+        run(tmp_path, text.replace("\nTbLimiter::Limiter\n```\n", "\nLimiter\n```\n"))
+    with pytest.raises(runners.Failure, match="exited with 3"):
+        run(tmp_path, "```ruby\nexit 3\n```\n")
+
+
 def test_an_indented_code_block_is_refused(tmp_path: Path) -> None:
     with pytest.raises(DocError, match="indented code block"):
         doc(tmp_path, "Text:\n\n    redis-cli PING\n")

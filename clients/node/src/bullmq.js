@@ -17,9 +17,38 @@
 // start (`job.attemptsStarted`): a retry after a failure, or a job restarted
 // after it stalled while running, reserves again.
 
-import { DelayedError, UnrecoverableError, Worker } from 'bullmq';
+import { RateLimited, Result } from './index.js';
 
-import { Result } from './index.js';
+// No `import 'bullmq'`: the package resolves its imports from its own real
+// path, which is not the user's project when it is installed by path (npm
+// links it), and a second copy of BullMQ would not be the user's anyway.
+// The user's BullMQ recognises the errors a processor throws by their name
+// (DelayedError, UnrecoverableError: `err.name == ...` beside `instanceof`
+// in its Worker and Job) and the rate-limit error by its message, whichever
+// copy of BullMQ made them: so these are made here.
+
+/** Thrown after `job.moveToDelayed`: BullMQ leaves the job delayed. */
+class DelayedError extends Error {
+  constructor(message = 'bullmq:movedToDelayed') {
+    super(message);
+    this.name = 'DelayedError';
+  }
+}
+
+/** A job that can never succeed: BullMQ fails it without retrying. */
+class UnrecoverableError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'UnrecoverableError';
+  }
+}
+
+/** BullMQ's `Worker.RateLimitError()`: after `queue.rateLimit(ms)`, the job goes back to the wait list. */
+function rateLimitError() {
+  const e = new Error('bullmq:rateLimitExceeded');
+  e.name = 'RateLimitError';
+  return e;
+}
 
 /** The field of the job's data that carries its reservation. */
 export const RESERVATION_FIELD = 'tbReservation';
@@ -132,7 +161,7 @@ export function limitProcessor(bucket, processor, options = {}) {
     const back = Math.max(1, r.retryAfterMs - Math.floor(windowMs / 2));
     if (queue) {
       await queue.rateLimit(back);
-      throw Worker.RateLimitError();
+      throw rateLimitError();
     }
     await job.moveToDelayed(Date.now() + back, token);
     throw new DelayedError();
@@ -148,4 +177,67 @@ async function waitTurn(ms, signal, giveBack) {
     await giveBack().catch(() => {});
     throw e;
   }
+}
+
+/**
+ * Wraps a BullMQ processor so that it runs holding several limits at once,
+ * leased in one all-or-nothing TB.MCONSUME (RPM + TPM + in flight):
+ * `parts` (an array, or a function of the job giving one) are
+ * `[bucket, n]` taken, `[bucket, n, 'estimate']` lent with KEEP, and
+ * `[bucket, n, 'slot']` lent, for `ttlMs` (longer than the call can take).
+ * The processor gets the {@link Lease} as its fourth argument: set
+ * `lease.used` to the tokens the call used.
+ *
+ * Never waits in the worker: when a part is short, the job takes nothing
+ * and goes to the delayed set for the server's wait (at most `maxDelayMs`,
+ * default 1000: a lease given back early frees the part sooner than the
+ * wait the server names), then asks again. A job that can never be served
+ * fails with UnrecoverableError.
+ *
+ * After the processor: returned, slots released and estimates settled to
+ * `lease.used`; threw a NotSentError (or an error `returnOn` accepts),
+ * everything given back; threw anything else (the call may have reached
+ * the provider), estimates kept charged and slots held until their TTL,
+ * and the error goes to BullMQ (which retries the job as configured). A
+ * release that fails after the processor returned does not fail the job.
+ */
+export function leaseProcessor(parts, processor, options = {}) {
+  if (typeof processor !== 'function') throw new TypeError('processor must be a function');
+  const { ttlMs, maxDelayMs = 1000, returnOn, limiter } = options;
+  if (!(maxDelayMs >= 1)) throw new RangeError(`maxDelayMs must be >= 1, got ${maxDelayMs}`);
+
+  return async function tbLeasedProcessor(job, token, signal) {
+    const items = typeof parts === 'function' ? await parts(job) : parts;
+    const owner = limiter ?? items[0][0].limiter;
+    let lease;
+    try {
+      lease = await owner.leaseMany(items, { ttlMs, timeoutMs: 0, signal });
+    } catch (e) {
+      if (!(e instanceof RateLimited)) throw e;
+      const r = e.result;
+      if (r.never) {
+        throw new UnrecoverableError(`tb: ${e.message}`);
+      }
+      await job.moveToDelayed(Date.now() + Math.min(Math.max(1, r.retryAfterMs), maxDelayMs), token);
+      throw new DelayedError();
+    }
+    // The job's outcome is the processor's: a release that fails after it
+    // returned leaves the slot held until its TTL (the safe side) rather
+    // than failing a job whose call was made (a retry would make it again).
+    let done = false;
+    let out;
+    try {
+      return await lease.run(
+        async (held) => {
+          out = await processor(job, token, signal, held);
+          done = true;
+          return out;
+        },
+        { returnOn },
+      );
+    } catch (e) {
+      if (done) return out;
+      throw e;
+    }
+  };
 }

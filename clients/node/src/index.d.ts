@@ -86,8 +86,17 @@ export interface AtMostOptions {
 
 /** The reply of TB.MCONSUME. */
 export declare class MultiResult {
-  constructor(allowed: boolean, retryAfterMs: number, remaining: number[], granted?: number | null);
-  static fromReply(reply: ReadonlyArray<unknown>, atmost?: boolean): MultiResult;
+  /** With LEASE parts: every part's lease id (0 for a part taken, and when denied); else null. */
+  readonly leaseIds: ReadonlyArray<number> | null;
+  constructor(
+    allowed: boolean,
+    retryAfterMs: number,
+    remaining: number[],
+    granted?: number | null,
+    leaseIds?: number[] | null,
+  );
+  /** `leases`: the reply ends with a lease id per part. */
+  static fromReply(reply: ReadonlyArray<unknown>, atmost?: boolean, leases?: boolean): MultiResult;
   readonly allowed: boolean;
   readonly retryAfterMs: number;
   /** Whole tokens left in each bucket, in order. */
@@ -135,10 +144,10 @@ export declare class CommandError extends Error {
   readonly command: string;
 }
 
-export declare class Limiter {
-  constructor(client: RedisClientLike, options?: LimiterOptions);
-  /** The client passed in (never closed by the limiter). */
-  readonly client: RedisClientLike;
+export declare class Limiter<C extends RedisClientLike = RedisClientLike> {
+  constructor(client: C, options?: LimiterOptions);
+  /** The client passed in, with its own type (never closed by the limiter). */
+  readonly client: C;
   /** Null until the first command has told (with `'auto'`). */
   readonly backend: Backend | null;
   /** The longest wait the server accepts, as far as the limiter knows. */
@@ -154,6 +163,23 @@ export declare class Limiter {
     parts: Iterable<readonly [TokenBucket, Amount]>,
     options?: ReserveOptions & AtMostOptions,
   ): Promise<MultiResult>;
+  /**
+   * TB.MCONSUME with leases, all or nothing: `[bucket, n]` taken,
+   * `[bucket, n, 'estimate']` lent with KEEP (an expired one stays charged),
+   * `[bucket, n, 'slot']` lent (an expired one comes back).
+   */
+  leaseMany(parts: Iterable<LeasePart>, options: Omit<LeaseOptions, 'block'>): Promise<Lease<MultiResult>>;
+  /**
+   * Runs `fn` holding `leaseMany`'s leases. Returned: slots released,
+   * estimates settled to `lease.used` (released if unset). Threw a
+   * NotSentError (or an error `returnOn` accepts): everything given back.
+   * Threw anything else: estimates kept charged, slots held until their TTL.
+   */
+  withLeases<T>(
+    parts: Iterable<LeasePart>,
+    options: Omit<WithLeaseOptions, 'block'>,
+    fn: (lease: Lease<MultiResult>) => Promise<T> | T,
+  ): Promise<T>;
   /** Takes every part at once, waiting up to `timeoutMs`. */
   acquireMany(
     parts: Iterable<readonly [TokenBucket, Amount]>,
@@ -164,8 +190,8 @@ export declare class Limiter {
 }
 
 export declare class TokenBucket {
-  constructor(limiter: Limiter, key: Key, rate: Rate, capacity: Amount);
-  readonly limiter: Limiter;
+  constructor(limiter: Limiter<any>, key: Key, rate: Rate, capacity: Amount);
+  readonly limiter: Limiter<any>;
   readonly key: Key;
   /** The rate as sent (`'0.5'`, `'100/m'`). */
   readonly rate: string;
@@ -182,10 +208,19 @@ export declare class TokenBucket {
   refund(n: Amount): Promise<number | null>;
   /** The bucket as of now, or null for a missing key (a full bucket). */
   info(): Promise<BucketInfo | null>;
-  /** TB.CONSUME ... LEASE: lends n tokens until released or `ttlMs` passes; retried until `timeoutMs`. */
-  lease(n?: Amount, options?: LeaseOptions): Promise<Result>;
-  /** Runs `fn` holding a lease; releases it after (settles it when `fn` returns `{ used }`). */
-  withLease<T>(n: Amount, options: LeaseOptions, fn: (r: Result) => Promise<T> | T): Promise<T>;
+  /** TB.CONSUME ... LEASE [KEEP]: lends n tokens until released or `ttlMs` passes; retried until `timeoutMs`. */
+  lease(n?: Amount, options?: LeaseOptions & { keep?: boolean }): Promise<Result>;
+  /**
+   * Runs `fn` holding a lease (`keep`: an estimate, else a slot). Returned:
+   * released, or settled to `lease.used` (or a returned `{ used }`). Threw a
+   * NotSentError (or what `returnOn` accepts): released. Threw anything
+   * else: an estimate settled at n, a slot held until its TTL.
+   */
+  withLease<T>(
+    n: Amount,
+    options: WithLeaseOptions & { keep?: boolean },
+    fn: (lease: Lease<Result>) => Promise<T> | T,
+  ): Promise<T>;
   /** TB.RELEASE: the tokens given back, or null when the lease is not held. */
   release(leaseId: Amount): Promise<number | null>;
   /** TB.RELEASE ... USED: settles a lease once; negative when an overrun was charged; null if not held. */
@@ -194,12 +229,54 @@ export declare class TokenBucket {
   batched(batch: number, options?: BatchOptions): Batcher;
 }
 
+/** `[bucket, n]` taken; `[bucket, n, 'estimate' | 'slot']` lent. */
+export type LeasePart = readonly [TokenBucket, Amount] | readonly [TokenBucket, Amount, 'estimate' | 'slot'];
+
+export interface WithLeaseOptions extends LeaseOptions {
+  /** Errors that mean the request never left (besides NotSentError): everything is given back. */
+  returnOn?: (err: unknown) => boolean;
+}
+
+/** Thrown or wrapped (as `cause`) by a lease's body: the request never left, give everything back. */
+export declare class NotSentError extends Error {
+  constructor(message?: string, options?: { cause?: unknown });
+  readonly name: 'NotSentError';
+}
+
+/**
+ * Leases held. `done()`: slots released, estimates settled to `used`;
+ * `failed()`: estimates settled at the estimate, slots held until their
+ * TTL; `giveBack()`: everything back. Only the first call acts.
+ */
+export declare class Lease<R extends Result | MultiResult = Result | MultiResult> {
+  constructor(parts: ReadonlyArray<{ bucket: TokenBucket; n: Amount; kind: 'taken' | 'estimate' | 'slot' }>, result: R);
+  /** The grant. */
+  readonly result: R;
+  /** Each part's lease id (0 for a part taken). */
+  readonly leaseIds: ReadonlyArray<number>;
+  /** The first leased part's id. */
+  readonly leaseId: number;
+  /** Tokens used: estimates are settled to it on a normal exit. */
+  used: Amount | undefined;
+  /** Runs `fn(this)`, then done(), giveBack() (NotSentError, `returnOn`) or failed() by how it ended. */
+  run<T>(fn: (lease: this) => Promise<T> | T, options?: { returnOn?: (err: unknown) => boolean }): Promise<T>;
+  done(): Promise<void>;
+  failed(): Promise<void>;
+  giveBack(): Promise<void>;
+}
+
 export interface LeaseOptions {
   /** How long the lease lasts if never released, in ms (1 to 86400000). */
   ttlMs: number;
   /** How long to keep trying for it (default: until granted or never possible). */
   timeoutMs?: number;
   signal?: AbortSignal;
+  /**
+   * Wait on the server (TB.CONSUME ... LEASE ttl BLOCK ms, module only) on a
+   * dedicated connection: first come first served, one call per grant.
+   * Polls on the Lua fallback.
+   */
+  block?: boolean;
 }
 
 export interface BatchOptions {

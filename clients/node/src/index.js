@@ -65,6 +65,27 @@ export class CommandError extends Error {
   }
 }
 
+/**
+ * Thrown (or wrapped, as `cause`) by the body of a lease for a failure known
+ * to happen before the request left (connection refused, a validation
+ * error): the lease's tokens are given back in full. Any other exception
+ * keeps them (see {@link Lease}).
+ */
+export class NotSentError extends Error {
+  constructor(message = 'the request was not sent', options) {
+    super(message, options);
+    this.name = 'NotSentError';
+  }
+}
+
+/** Whether `e` (or an error in its `cause` chain) is a NotSentError. */
+function isNotSent(e) {
+  for (let x = e, depth = 0; x && depth < 16; x = x.cause, depth++) {
+    if (x instanceof NotSentError || x?.name === 'NotSentError') return true;
+  }
+  return false;
+}
+
 function describeKey(key) {
   return Buffer.isBuffer(key) ? JSON.stringify(key.toString('latin1')) : JSON.stringify(String(key));
 }
@@ -157,19 +178,23 @@ export class Result {
  * and with ATMOST one more, `granted`.
  */
 export class MultiResult {
-  constructor(allowed, retryAfterMs, remaining, granted = null) {
+  constructor(allowed, retryAfterMs, remaining, granted = null, leaseIds = null) {
     this.allowed = allowed;
     this.retryAfterMs = retryAfterMs;
     this.remaining = Object.freeze(remaining);
     /** With `atmost`: the grant of every part asking for the largest n; else null. */
     this.granted = granted;
+    /** With LEASE parts: every part's lease id (0 for a part taken, and when denied); else null. */
+    this.leaseIds = leaseIds === null ? null : Object.freeze(leaseIds);
     Object.freeze(this);
   }
 
-  static fromReply(reply, atmost = false) {
+  /** Builds a result from the reply (`leases`: it ends with a lease id per part). */
+  static fromReply(reply, atmost = false, leases = false) {
     const [a, retry, ...remaining] = reply.map(int);
     const granted = atmost ? remaining.pop() : null;
-    return new MultiResult(a === 1, retry, remaining, granted);
+    const leaseIds = leases ? remaining.splice(remaining.length / 2) : null;
+    return new MultiResult(a === 1, retry, remaining, granted, leaseIds);
   }
 
   /** True when some bucket can never give its n. */
@@ -183,7 +208,7 @@ export class MultiResult {
 
   get reply() {
     const extra = this.granted === null ? [] : [this.granted];
-    return [this.allowed ? 1 : 0, this.retryAfterMs, ...this.remaining, ...extra];
+    return [this.allowed ? 1 : 0, this.retryAfterMs, ...this.remaining, ...extra, ...(this.leaseIds ?? [])];
   }
 }
 
@@ -453,6 +478,57 @@ export class Limiter {
     }
   }
 
+  /**
+   * TB.MCONSUME with leases, all or nothing: `parts` are `[bucket, n]`
+   * (taken, as consumeMany) or `[bucket, n, 'estimate' | 'slot']` (lent for
+   * `ttlMs`: an estimate with KEEP, so an expired one stays charged; a slot
+   * without, so an expired one comes back). Denials are tried again as
+   * {@link TokenBucket#lease} does. Returns the {@link Lease}; see
+   * {@link Limiter#withLeases} for the form that settles for you.
+   */
+  async leaseMany(parts, { ttlMs, timeoutMs, signal } = {}) {
+    const items = [...parts].map(([bucket, n, kind]) => {
+      if (kind !== undefined && kind !== 'estimate' && kind !== 'slot') {
+        throw new RangeError(`a part's kind is 'estimate' or 'slot', not ${JSON.stringify(kind)}`);
+      }
+      return { bucket, n, kind: kind ?? 'taken' };
+    });
+    if (items.length === 0) throw new RangeError('leaseMany needs at least one [bucket, n] part');
+    if (!items.some((p) => p.kind !== 'taken')) throw new RangeError("leaseMany needs a part of kind 'estimate' or 'slot'");
+    const ttl = leaseTtl(ttlMs);
+    const keys = items.map((p) => p.bucket.key);
+    const args = items.flatMap((p) => [p.bucket.rate, p.bucket._capacityArg, amountArg(p.n)]);
+    items.forEach((p, j) => {
+      if (p.kind !== 'taken') args.push('LEASE', String(j + 1), String(ttl), ...(p.kind === 'estimate' ? ['KEEP'] : []));
+    });
+    const label = items.map((p) => describeKey(p.bucket.key)).join(',');
+    const r = await pollLease(
+      () => this._run(this._conn, 'TB.MCONSUME', keys, args).then((reply) => MultiResult.fromReply(reply, false, true)),
+      label,
+      timeoutMs === undefined ? null : Date.now() + waitArg(timeoutMs, 'timeoutMs'),
+      signal,
+      (granted) => new Lease(items, granted).giveBack(),
+    );
+    return new Lease(items, r);
+  }
+
+  /**
+   * Runs `fn(lease)` holding the leases of {@link Limiter#leaseMany}, then:
+   * - `fn` returned: slots are released, estimates settled to `lease.used`
+   *   when `fn` set it (the tokens the call reported), else released;
+   * - `fn` threw a {@link NotSentError} (or one `returnOn(err)` accepts):
+   *   everything goes back, the parts taken too (the request never left);
+   * - `fn` threw anything else (a timeout: the provider may still be working
+   *   and billing): estimates stay charged in full (settled at the
+   *   estimate) and slots stay held until their TTL. Nothing taken comes
+   *   back.
+   * `lease.giveBack()` in `fn` gives everything back at once.
+   */
+  async withLeases(parts, options, fn) {
+    const { returnOn, ...rest } = options ?? {};
+    return runLeased(await this.leaseMany(parts, rest), fn, returnOn);
+  }
+
   /** A dedicated connection for one BLOCK (reused once it is free again). */
   async _lease() {
     const conn = this._idle.pop() ?? (await this._conn.duplicate());
@@ -650,52 +726,95 @@ export class TokenBucket {
   }
 
   /**
-   * Takes a lease of `n` tokens (TB.CONSUME ... LEASE ttlMs): they come back
-   * on `release(result.leaseId)`, or `ttlMs` later if the holder vanishes.
-   * A lease is never reserved: a denial is tried again, backing off from
-   * 10 ms to 500 ms (a release may come before the wait the server names),
-   * until `timeoutMs` (default: until granted or never possible); then
-   * {@link RateLimited}. An aborted `signal` throws its reason; a lease
-   * granted meanwhile is released.
+   * Takes a lease of `n` tokens (TB.CONSUME ... LEASE ttlMs [KEEP]): they
+   * come back on `release(result.leaseId)`, or `ttlMs` later if the holder
+   * vanishes; with `keep` (a token estimate, probably spent by then) an
+   * expired lease stays charged instead. A lease is never reserved: a denial
+   * is tried again, backing off from 10 ms to 500 ms (a release may come
+   * before the wait the server names), until `timeoutMs` (default: until
+   * granted or never possible); then {@link RateLimited}. An aborted
+   * `signal` throws its reason; a lease granted meanwhile is released.
+   *
+   * `block: true` waits on the server instead (TB.CONSUME ... LEASE ttl
+   * BLOCK ms, module only), on a connection the limiter duplicates for it:
+   * the server queues the call, first come first served, and answers it
+   * when the lease is granted: one call per grant. On the Lua fallback (or
+   * a module without it) it polls as above.
    */
-  async lease(n = 1, { ttlMs, timeoutMs, signal } = {}) {
-    const ttl = waitArg(ttlMs, 'ttlMs');
-    if (ttl < 1) throw new RangeError('ttlMs must be at least 1');
+  async lease(n = 1, { ttlMs, timeoutMs, signal, keep = false, block = false } = {}) {
+    const lease = ['LEASE', String(leaseTtl(ttlMs)), ...(keep ? ['KEEP'] : [])];
     const deadline = timeoutMs === undefined ? null : Date.now() + waitArg(timeoutMs, 'timeoutMs');
+    if (block && this.limiter.backend !== 'lua') {
+      const r = await this._leaseBlock(n, lease, deadline, signal);
+      if (r) return r;
+    }
+    const args = this._args(n, ...lease);
+    return pollLease(
+      () => this.limiter._run(this.limiter._conn, 'TB.CONSUME', [this.key], args).then((reply) => Result.fromReply(reply)),
+      describeKey(this.key),
+      deadline,
+      signal,
+      (r) => this.release(r.leaseId),
+    );
+  }
+
+  /**
+   * Waits for a lease on the server, on a dedicated connection, until
+   * `deadline`; null when the server cannot (the Lua fallback, or a module
+   * without BLOCK with LEASE): the caller polls.
+   */
+  async _leaseBlock(n, lease, deadline, signal) {
+    const limiter = this.limiter;
     let backoff = 10;
     for (;;) {
       signal?.throwIfAborted();
-      const reply = await this.limiter._run(this.limiter._conn, 'TB.CONSUME', [this.key], this._args(n, 'LEASE', String(ttl)));
-      const r = Result.fromReply(reply);
-      if (r.allowed) {
-        if (signal?.aborted) {
-          await this.release(r.leaseId).catch(() => {});
-          throw signal.reason;
-        }
-        return r;
+      const left = deadline === null ? limiter.maxWaitMs : Math.max(0, deadline - Date.now());
+      const started = Date.now();
+      let asked = left;
+      const conn = await limiter._lease();
+      let broken = false;
+      const done = limiter
+        ._withWait(left, (w) =>
+          limiter._run(conn, 'TB.CONSUME', [this.key], this._args(n, ...lease, 'BLOCK', String(w))),
+        )
+        .then(
+          ({ reply, windowMs }) => {
+            asked = windowMs;
+            return Result.fromReply(reply);
+          },
+          (e) => {
+            broken = !(e instanceof CommandError);
+            if (limiter.backend === 'lua' || /LEASE cannot be combined/.test(String(e.message))) return null;
+            throw e;
+          },
+        )
+        .finally(() => limiter._release(conn, broken));
+      const r = await (signal ? abortable(done, signal, (g) => (g?.leaseId ? this.release(g.leaseId) : null)) : done);
+      if (r === null || r.allowed) return r;
+      if (r.never || (deadline !== null && Date.now() >= deadline)) throw new RateLimited(this.key, r);
+      if (Date.now() - started < 0.9 * asked) {
+        // Answered without waiting (the server's tb.max-blocked or memory
+        // bound): back off as polling does.
+        const rest = deadline === null ? Infinity : deadline - Date.now();
+        await pause(Math.max(1, Math.min(backoff, r.retryAfterMs, rest)), signal);
+        backoff = Math.min(backoff * 2, 500);
       }
-      const left = deadline === null ? Infinity : deadline - Date.now();
-      if (r.never || left <= 0) throw new RateLimited(this.key, r);
-      await pause(Math.max(1, Math.min(backoff, r.retryAfterMs, left)), signal);
-      backoff = Math.min(backoff * 2, 500);
     }
   }
 
   /**
-   * Runs `fn(result)` holding a lease of `n` tokens, and releases it when
-   * `fn` settles, also when it throws. `fn` may return `{ used }` to settle
-   * the lease to the tokens used instead (see {@link TokenBucket#settle}).
+   * Runs `fn(lease)` holding a lease of `n` tokens (a {@link Lease}; with
+   * `keep`, an estimate, else a slot), with the failure rules of
+   * {@link Limiter#withLeases}: when `fn` returns, the lease is released, or
+   * settled to `lease.used` (or to `used` of a returned `{ used }`); when it
+   * throws a {@link NotSentError} (or an error `returnOn` accepts) it is
+   * released; when it throws anything else, an estimate is settled at `n`
+   * (kept charged) and a slot stays held until its TTL.
    */
   async withLease(n, options, fn) {
-    const r = await this.lease(n, options);
-    let used;
-    try {
-      const out = await fn(r);
-      used = out && typeof out === 'object' && 'used' in out ? out.used : undefined;
-      return out;
-    } finally {
-      await (used === undefined ? this.release(r.leaseId) : this.settle(r.leaseId, used));
-    }
+    const { returnOn, ...rest } = options ?? {};
+    const r = await this.lease(n, rest);
+    return runLeased(new Lease([{ bucket: this, n, kind: rest.keep ? 'estimate' : 'slot' }], r), fn, returnOn);
   }
 
   /**
@@ -726,6 +845,167 @@ export class TokenBucket {
     const reply = await this.limiter._run(this.limiter._conn, 'TB.INFO', [this.key], []);
     return reply === null ? null : BucketInfo.fromReply(reply);
   }
+}
+
+/** A lease TTL in ms, checked. */
+function leaseTtl(ttlMs) {
+  const ttl = waitArg(ttlMs, 'ttlMs');
+  if (ttl < 1) throw new RangeError('ttlMs must be at least 1');
+  return ttl;
+}
+
+/**
+ * Runs `call()` until it grants, backing off from 10 ms to 500 ms (never
+ * past the wait the server names, nor past `deadline`, a Date.now() time or
+ * null for none); then
+ * {@link RateLimited}. A grant that arrives after `signal` aborted is given
+ * back (`undo`) and the reason thrown.
+ */
+async function pollLease(call, label, deadline, signal, undo) {
+  let backoff = 10;
+  for (;;) {
+    signal?.throwIfAborted();
+    const r = await call();
+    if (r.allowed) {
+      if (signal?.aborted) {
+        await Promise.resolve(undo(r)).catch(() => {});
+        throw signal.reason;
+      }
+      return r;
+    }
+    const left = deadline === null ? Infinity : deadline - Date.now();
+    if (r.never || left <= 0) throw new RateLimited(label, r);
+    await pause(Math.max(1, Math.min(backoff, r.retryAfterMs, left)), signal);
+    backoff = Math.min(backoff * 2, 500);
+  }
+}
+
+/** Runs `fn(lease)`, then ends the lease by how `fn` ended (see Limiter#withLeases). */
+function runLeased(lease, fn, returnOn) {
+  return lease.run(fn, { returnOn });
+}
+
+/** See {@link Lease#run}. */
+async function runHeld(lease, fn, returnOn) {
+  let out;
+  try {
+    out = await fn(lease);
+  } catch (e) {
+    let notSent = isNotSent(e);
+    if (!notSent && returnOn) {
+      try {
+        notSent = Boolean(returnOn(e));
+      } catch {
+        notSent = false; // a failing predicate cannot say the request was not sent
+      }
+    }
+    // Best effort: the body's error is what the caller sees. A lost call
+    // leaves an estimate to its KEEP expiry and a slot to its TTL.
+    await (notSent ? lease.giveBack() : lease.failed()).catch(() => {});
+    throw e;
+  }
+  if (lease.used === undefined && out && typeof out === 'object' && 'used' in out) lease.used = out.used;
+  await lease.done();
+  return out;
+}
+
+/**
+ * Leases held (from `bucket.lease`/`withLease`, or `limiter.leaseMany`/
+ * `withLeases`): `result` is the grant, `leaseIds` the id of each part
+ * (0 for a part taken). Set `used` to the tokens the call used: estimates
+ * are settled to it on a normal exit. Ending it:
+ * - `done()`: slots released, estimates settled to `used` (released if
+ *   unset);
+ * - `failed()` (the call may have reached the provider): estimates settled
+ *   at the estimate, slots left held until their TTL;
+ * - `giveBack()` (the request never left): leases released, taken parts
+ *   refunded.
+ * Only the first of these does anything.
+ */
+export class Lease {
+  constructor(parts, result) {
+    this._parts = parts;
+    /** The grant: a Result (one bucket) or a MultiResult. */
+    this.result = result;
+    /** Lease id of each part, 0 for a part taken. */
+    this.leaseIds = result.leaseIds ?? [result.leaseId];
+    /** Tokens used, to settle the estimates to on a normal exit. */
+    this.used = undefined;
+    this._ended = false;
+  }
+
+  /**
+   * Runs `fn(this)` and ends the lease by how it ended: returned, `done()`
+   * (`used` also from a returned `{ used }`); threw a NotSentError (or an
+   * error `returnOn` accepts), `giveBack()`; threw anything else,
+   * `failed()`. The body's error is rethrown; a call that fails while
+   * ending a failed lease is ignored (the tokens stay taken: the safe side).
+   */
+  run(fn, { returnOn } = {}) {
+    return runHeld(this, fn, returnOn);
+  }
+
+  /** The lease id of the first leased part (the only one of `bucket.lease`). */
+  get leaseId() {
+    return this.leaseIds.find((id) => id > 0) ?? 0;
+  }
+
+  _end() {
+    if (this._ended) return false;
+    this._ended = true;
+    return true;
+  }
+
+  _each(fn) {
+    return Promise.all(this._parts.map((p, j) => fn(p, this.leaseIds[j])));
+  }
+
+  /** A normal exit: slots released, estimates settled to `used` (released if unset). */
+  async done() {
+    if (!this._end()) return;
+    const single = this._parts.length === 1;
+    await this._each(({ bucket, kind }, id) => {
+      if (!id) return null;
+      const settle = this.used !== undefined && (kind === 'estimate' || single);
+      return settle ? bucket.settle(id, this.used) : bucket.release(id);
+    });
+  }
+
+  /** The call failed and may have been sent: estimates kept charged, slots held until their TTL. */
+  async failed() {
+    if (!this._end()) return;
+    await this._each(({ bucket, n, kind }, id) => (id && kind === 'estimate' ? bucket.settle(id, n) : null));
+  }
+
+  /** The request never left: every lease released, the parts taken refunded. */
+  async giveBack() {
+    if (!this._end()) return;
+    await this._each(({ bucket, n }, id) => (id ? bucket.release(id) : Number(n) > 0 ? bucket.refund(n) : null));
+  }
+}
+
+/**
+ * `promise`, or `signal`'s reason once it aborts; what the promise gives
+ * after an abort goes to `undo` (a lease granted too late is given back).
+ */
+function abortable(promise, signal, undo) {
+  return new Promise((resolve, reject) => {
+    const onAbort = () => {
+      reject(signal.reason);
+      promise.then(undo).catch(() => {});
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(
+      (v) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(v);
+      },
+      (e) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(e);
+      },
+    );
+  });
 }
 
 /**

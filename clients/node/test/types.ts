@@ -6,6 +6,8 @@ import { Cluster, Redis } from 'ioredis';
 import { createClient, createCluster } from 'redis';
 import {
   BucketInfo,
+  Lease,
+  NotSentError,
   CommandError,
   DEFAULT_MAX_WAIT_MS,
   Limiter,
@@ -17,7 +19,7 @@ import {
   TokenBucket,
   type Backend,
 } from 'tb-limiter';
-import { RESERVATION_FIELD, limitProcessor } from 'tb-limiter/bullmq';
+import { RESERVATION_FIELD, leaseProcessor, limitProcessor } from 'tb-limiter/bullmq';
 
 export async function usage(): Promise<void> {
   const nodeRedis = createClient({ url: 'redis://127.0.0.1:6379' });
@@ -82,6 +84,40 @@ export async function usage(): Promise<void> {
   );
   new Worker('all', limitProcessor(llm, async () => 1, { queue }), { connection });
   void [worker, RESERVATION_FIELD];
+
+  // Leases: the failure rules, several limits at once, and BullMQ.
+  const slots = limiter.bucket('{acme}:inflight', 0, 8);
+  const parts = [[rpm, 1], [tpm, 2000, 'estimate'], [slots, 1, 'slot']] as const;
+  const text: string = await limiter.withLeases(parts, { ttlMs: 60_000, returnOn: (e) => e instanceof TypeError }, async (lease) => {
+    const ids: ReadonlyArray<number> = lease.leaseIds;
+    if (ids.length === 0) throw new NotSentError('no request', { cause: new Error('refused') });
+    lease.used = 1500;
+    return 'reply';
+  });
+  const held: Lease<MultiResult> = await limiter.leaseMany(parts, { ttlMs: 60_000 });
+  await held.giveBack();
+  await slots.withLease(1, { ttlMs: 60_000 }, async (lease: Lease<Result>) => lease.leaseId);
+  await tpm.withLease(2000, { ttlMs: 60_000, keep: true }, async (lease) => {
+    lease.used = 1200;
+  });
+  new Worker(
+    'llm',
+    leaseProcessor(
+      (job: Job<{ estimate: number }>) => [[rpm, 1], [tpm, job.data.estimate, 'estimate'], [slots, 1, 'slot']],
+      async (job: Job<{ estimate: number }>, _token, _signal, lease) => {
+        lease.used = job.data.estimate;
+        return 'done';
+      },
+      { ttlMs: 60_000, maxDelayMs: 1000 },
+    ),
+    { connection },
+  );
+  void text;
+
+  // The client keeps its own type: the caller closes it with its own API.
+  await limiter.client.quit();
+  const io = new Limiter(new Redis());
+  io.client.disconnect();
 }
 
 // Misuse fails to compile.

@@ -1,17 +1,18 @@
 #!/usr/bin/env node
 // Runs one JavaScript code block of the documentation as a user's program:
 // the block becomes block.mjs (an ES module: top-level await works) in a
-// scratch directory whose node_modules holds this package as an installed
-// dependency (`tb-limiter`, `tb-limiter/bullmq`) beside the libraries it
-// works with (redis, ioredis, bullmq, from this package's node_modules),
-// then `node block.mjs` runs there. Its output goes to ours; its exit code
+// scratch directory inside TB_NODE_PROJECT, a user's project where the
+// package is installed as users install it (tools/installed.js makes them:
+// the packed tarball or a path beside the newest bullmq, ioredis, redis),
+// then `node block.mjs` runs there. Without TB_NODE_PROJECT the scratch
+// directory links this package and its own node_modules instead. Its output goes to ours; its exit code
 // is ours. The docs harness (tools/doctest, make test-docs) calls it for
 // ```js blocks, after pointing redis://127.0.0.1:6379 at its own server.
 //
 //   node clients/node/tools/run-block.js BLOCK_FILE [TIMEOUT_MS]
 
 import { spawn } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -20,6 +21,13 @@ const PACKAGE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 
 /** A scratch directory that can import what a user of the package has installed. */
 export function scratchProject() {
+  const project = process.env.TB_NODE_PROJECT;
+  if (project) {
+    if (!existsSync(path.join(project, 'node_modules', 'tb-limiter'))) {
+      throw new Error(`TB_NODE_PROJECT=${project} has no node_modules/tb-limiter: make it with tools/installed.js`);
+    }
+    return mkdtempSync(path.join(project, 'block-'));
+  }
   const dir = mkdtempSync(path.join(tmpdir(), 'tb-node-block-'));
   const modules = path.join(dir, 'node_modules');
   mkdirSync(modules);

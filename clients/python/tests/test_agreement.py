@@ -570,6 +570,8 @@ MODULE_ONLY = {
     # flagged allow-oom would create a bucket past maxmemory.
     "OOM command not allowed when used memory > 'maxmemory'.",
     "ERR tb: lost the reservation reply",
+    # a call waiting for a lease had its arity checked when it came
+    "ERR wrong number of arguments",
     "ERR tb: error",  # an error text that cannot be sent as it is
     # TB.CONFIG
     "ERR max-blocked must be an integer from 0 to 1000000",
@@ -608,13 +610,15 @@ ERROR_CALLS: dict[str, tuple[tuple[Any, ...], str]] = {
         (("TB.MCONSUME", "2", "e", "f", "1", "5", "1"), ""),
     "ERR a key appears twice in TB.MCONSUME": (("TB.MCONSUME", "2", "e", "e", "1", "5", "1", "1", "5", "1"), ""),
     "ERR unknown option: TB.MCONSUME takes RESERVE ms, or ATMOST [MIN chunk], and LEASE part ttl-ms":
+        (("TB.MCONSUME", "1", "e", "1", "5", "1", "WAIT", "5"), ""),
+    "ERR BLOCK in TB.MCONSUME waits for leases: it needs LEASE and cannot be combined with RESERVE or ATMOST":
         (("TB.MCONSUME", "1", "e", "1", "5", "1", "BLOCK", "5"), ""),
     "ERR MIN takes a chunk, an integer from 1 to capacity": (("TB.CONSUME", "e", "1", "5", "9", "ATMOST", "MIN", "6"), ""),
     "ERR MIN needs ATMOST": (("TB.CONSUME", "e", "1", "5", "9", "MIN", "2"), ""),
     "WRONGTYPE Operation against a key holding the wrong kind of value": (("TB.INFO", "str"), ""),
     "ERR LEASE takes a TTL in milliseconds, an integer from 1 to 86400000": (("TB.CONSUME", "e", "1", "5", "LEASE", "0"), ""),
     "ERR LEASE given twice": (("TB.CONSUME", "e", "1", "5", "LEASE", "1", "LEASE", "1"), ""),
-    "ERR LEASE cannot be combined with RESERVE, BLOCK or ATMOST":
+    "ERR LEASE cannot be combined with RESERVE or ATMOST":
         (("TB.CONSUME", "e", "1", "5", "1", "RESERVE", "5", "LEASE", "100"), ""),
     "ERR LEASE needs n of at least 1":
         (("TB.MCONSUME", "2", "e", "f", "1", "5", "1", "0", "1", "0", "LEASE", "2", "100"), ""),

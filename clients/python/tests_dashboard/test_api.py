@@ -4,14 +4,17 @@ reads every node and merges their top keys."""
 
 from __future__ import annotations
 
+import http.client
 from typing import Any, Callable, Dict, Tuple
 
+import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from tb_limiter.dashboard.collect import command
 
 from conftest import APP_RULES, DASHBOARD_EXTRA, Dashboard, Workload, setuser, workload_client
+from tbserver import REPO
 
 #: The dashboard on its own: read-only, no limiter command that writes.
 READ_ONLY_RULES = "on >ro-secret resetkeys ~rl:* resetchannels -@all +info +tb.top +tb.info"
@@ -138,3 +141,110 @@ def test_cluster_mode_reads_every_node_and_merges(dashboard_factory: Any) -> Non
         rc.close()
     finally:
         cluster.stop()
+
+
+def get_with_host(d: Dashboard, path: str, host: str) -> Tuple[int, bytes]:
+    """GET ``path`` from the dashboard with ``host`` as the Host header."""
+    conn = http.client.HTTPConnection("127.0.0.1", d.port, timeout=10)
+    try:
+        conn.putrequest("GET", path, skip_host=True)
+        conn.putheader("Host", host)
+        conn.endheaders()
+        r = conn.getresponse()
+        return r.status, r.read()
+    finally:
+        conn.close()
+
+
+def test_no_password_in_the_url_reaches_the_page(server: Any, dashboard_factory: Any) -> None:
+    admin = server.client()
+    setuser(admin, "ro", READ_ONLY_RULES.replace(">ro-secret", ">q-secret"))
+    command(admin, "TB.CONSUME", "rl:x", "1/h", "1")
+    # redis-py takes the credentials from the query string as well.
+    d = dashboard_factory("redis://127.0.0.1:%d/0?username=ro&password=q-secret" % server.port, "--interval", "0.2")
+    s = d.wait_snapshot("a reading", lambda s: s["ready"])
+    assert s["errors"] == [] and s["nodes"][0]["error"] is None, "the query-string credentials were used"
+    for path in ("/", "/api/snapshot", "/metrics"):
+        status, body = d.get(path)
+        assert status == 200 and b"q-secret" not in body, path
+    assert "password=***" in s["source"], s["source"]
+    assert "q-secret" not in d.output()
+
+
+def test_only_allowed_host_headers_are_answered(server: Any, dashboard_factory: Any) -> None:
+    d = dashboard_factory("redis://127.0.0.1:%d/0" % server.port, "--allow-host", "dash.internal")
+    for host in ("127.0.0.1:%d" % d.port, "localhost:%d" % d.port, "[::1]:%d" % d.port, "LOCALHOST.", "dash.internal:80"):
+        assert get_with_host(d, "/api/snapshot", host)[0] == 200, host
+    # A DNS-rebinding page reaches the dashboard's address under its own name.
+    for host in ("attacker.example:%d" % d.port, "attacker.example", "127.0.0.1.attacker.example", "", "dash.internal.evil"):
+        for path in ("/", "/api/snapshot", "/metrics"):
+            status, body = get_with_host(d, path, host)
+            assert status == 400 and b"rl:" not in body, (host, path, status)
+
+
+def test_metrics_label_every_key_exactly(server: Any, dashboard_factory: Any) -> None:
+    admin = server.client()
+    # Keys that a lossy decoding merges (a byte that is not UTF-8 and its
+    # backslash spelling), and a NUL that the text format must not carry.
+    keys = [b"rl:\xff", b"rl:\\xff", b"rl:a\x00b", b"rl:a\\x00b", b"rl:q\"\n"]
+    for i, k in enumerate(keys):
+        for _ in range(i + 2):
+            command(admin, "TB.CONSUME", k, "1/h", "1")
+    # Two names TB.TOP counts as one (it keeps 256 bytes of a name): their
+    # label says it is a prefix.
+    long = b"rl:" + b"L" * 300
+    for k in (long + b"1", long + b"2"):
+        for _ in range(4):
+            command(admin, "TB.CONSUME", k, "1/h", "1")
+    keys.append(long)
+    d = dashboard_factory("redis://127.0.0.1:%d/0" % server.port, "--interval", "0.2")
+    d.wait_snapshot("every key listed", lambda s: len(s["top_denied"]["keys"]) == len(keys))
+    status, body = d.get("/metrics")
+    assert status == 200 and b"\x00" not in body
+    m = metrics(d)
+    labels = {dict(lbl)["key"]: round(v) for (name, lbl), v in m.items() if name == "tb_top_denied"}
+    assert labels == {
+        "rl:\\xff": 1.0,
+        "rl:\\\\xff": 2.0,
+        "rl:a\\x00b": 3.0,
+        "rl:a\\\\x00b": 4.0,
+        "rl:q\"\\x0a": 5.0,
+        "rl:" + "L" * 253 + "\u2026": 6.0,
+    }, labels
+    assert sorted(k["key"] for k in d.snapshot()["top_denied"]["keys"]) == sorted(labels)
+
+
+def documented_user(name: str) -> str:
+    """The rules of ``user NAME ...`` as the docs (README.md, docs/) give them."""
+    docs = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    found = [
+        line.split(None, 2)[2]
+        for path in docs
+        for line in path.read_text().splitlines()
+        if line.startswith("user %s " % name)
+    ]
+    assert len(found) == 1, "expected one 'user %s' line in the docs, found %r" % (name, found)
+    return found[0]
+
+
+def test_metrics_need_no_scripting_as_the_documented_user(server: Any, dashboard_factory: Any) -> None:
+    """The docs' recommended way to collect metrics: the dashboard's
+    /metrics read as the user they give, which cannot run a script."""
+    admin = server.client()
+    setuser(admin, "metrics", documented_user("metrics"))
+    for _ in range(3):
+        command(admin, "TB.CONSUME", "rl:m", "1/h", "1")
+    d = dashboard_factory("redis://metrics:metrics-secret@127.0.0.1:%d/0" % server.port, "--interval", "0.2")
+    d.wait_snapshot("rl:m listed", lambda s: bool(s["top_denied"]["keys"]))
+    settle(d)
+    m = metrics(d)
+    node = "127.0.0.1:%d" % server.port
+    info = admin.info("tb")
+    assert m[sample("tb_calls_total", node=node)] == info["tb_calls"]
+    assert m[sample("tb_denied_total", node=node)] == info["tb_denied"] == 2
+    assert round(m[sample("tb_top_denied", key="rl:m")]) == 2
+    assert acl_denials(admin, "metrics") == []
+    as_user = redis.Redis(host="127.0.0.1", port=server.port, username="metrics", password="metrics-secret")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        as_user.eval("return 1", 0)
+    as_user.close()

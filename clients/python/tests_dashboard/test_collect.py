@@ -12,7 +12,7 @@ import redis
 
 from tb_limiter.dashboard import bucket_info, merge_tops, parse_info_tb, parse_top, quantile, read_top
 from tb_limiter.dashboard.__main__ import redact
-from tb_limiter.dashboard.collect import NodeInfo, TopKey, TopList, histogram_delta, without_zero_waits
+from tb_limiter.dashboard.collect import NodeInfo, TopKey, TopList, histogram_delta, key_text, without_zero_waits
 from tb_limiter.dashboard.sampler import Sample, Sampler
 
 INF = math.inf
@@ -92,6 +92,12 @@ def test_histogram_window_and_reservations_only() -> None:
         ("redis://u:secret@h:6379/0", "redis://u:***@h:6379/0"),
         ("redis://:secret@h/0", "redis://:***@h/0"),
         ("redis://h:6379/0", "redis://h:6379/0"),
+        ("redis://h:6379/0?password=secret&db=1", "redis://h:6379/0?password=***&db=1"),
+        ("redis://h/0?username=u&password=s%40cret", "redis://h/0?username=u&password=***"),
+        ("rediss://u:secret@h/0?ssl_password=secret", "rediss://u:***@h/0?ssl_password=***"),
+        ("unix:///run/r.sock?password=secret", "unix:///run/r.sock?password=***"),
+        # An unescaped '#' ends the URL early: no piece of the password shows.
+        ("redis://u:sec#ret@h/0", "redis://***"),
     ],
 )
 def test_redact_hides_the_password(url: str, shown: str) -> None:
@@ -137,3 +143,15 @@ def test_sampler_rates_and_windowed_percentiles() -> None:
     # A counter that goes back (TB.CONFIG RESETSTAT) counts from zero.
     s.record(reading(103.0, 4, 1, [(0.0, 0), (100.0, 0), (INF, 0)]))
     assert s.snapshot()["series"]["allowed"][-1] == 4.0
+
+
+def test_key_text_is_one_to_one_and_marks_names_tb_top_may_have_cut() -> None:
+    long = b"rl:" + b"x" * 253  # KEY_MAX bytes: TB.TOP's entry for every name starting so
+    names = [b"rl:\xff", b"rl:\\xff", b"rl:\x00", b"rl:\\x00", b"rl:\xc2\x80", b"rl:\\u0080", b"a\\\\b", b"a\\b",
+             "rl:caf\u00e9".encode(), long, long[:-1], long[:-1] + "\u2026".encode()[:1], b"rl:\n\"q"]
+    texts = [key_text(n) for n in names]
+    assert len(set(texts)) == len(names), texts
+    assert key_text(b"rl:\xff") == "rl:\\xff" and key_text(b"rl:\\xff") == "rl:\\\\xff"
+    assert key_text("rl:caf\u00e9".encode()) == "rl:caf\u00e9"
+    assert key_text(long) == long.decode() + "\u2026" and key_text(long[:-1]) == long[:-1].decode()
+    assert all(ch >= " " and ch != "\x7f" for t in texts for ch in t)

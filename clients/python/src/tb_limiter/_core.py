@@ -66,7 +66,8 @@ class Sleep:
 
 @dataclass(frozen=True)
 class Block:
-    """Run a ``TB.CONSUME ... BLOCK ms`` on the dedicated blocking connection.
+    """Run a ``TB.CONSUME`` or ``TB.MCONSUME ... BLOCK ms`` on the dedicated
+    blocking connection.
 
     The driver takes the connection, reads its real socket timeout, and
     sends ``call(block_cap(ms, socket_timeout))``; it sends back ``(ms,
@@ -228,7 +229,7 @@ def lease(
     reserved: a denial is tried again, backing off, until ``timeout``
     seconds have passed (None: until it is granted or can never be)."""
     call = spec._lease_call(n, lease_ttl_ms(ttl))
-    return cast(Result, (yield from _poll(lambda: execute(server, call), Result.from_reply, str(spec.key), timeout)))
+    return cast(Result, (yield from _lease_wait(server, call, Result.from_reply, str(spec.key), timeout)))
 
 
 def lease_many(
@@ -240,8 +241,50 @@ def lease_many(
     name = ",".join(str(b.key) for b, _ in items)
     return cast(
         MultiResult,
-        (yield from _poll(lambda: execute(server, call), lambda r: MultiResult.from_reply(r, leases=True), name, timeout)),
+        (yield from _lease_wait(server, call, lambda r: MultiResult.from_reply(r, leases=True), name, timeout)),
     )
+
+
+def _lease_wait(server: ServerState, call: Call, parse: Callable[[Any], Any], name: str, timeout: float | None) -> Plan[Any]:
+    """Waits for a lease server-side (``BLOCK`` with ``LEASE``: the server
+    queues the call, first come first served, one call per grant) on the
+    dedicated blocking connection; polls, backing off, where it cannot: the
+    Lua fallback, no blocking connection, or a module without it."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pause = LEASE_POLL[0]
+    if server.backend != "lua":
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            started = time.monotonic()
+
+            def run(m: int) -> Plan[Any]:
+                return (yield Block(lambda cap: Call(call.name, call.keys, (*call.args, "BLOCK", str(cap))), m))
+
+            try:
+                out, _ = yield from with_wait(server, run, None if left is None else wait_ms(left))
+            except Exception as e:
+                older = "LEASE cannot be combined" in str(e) or "TB.MCONSUME takes RESERVE" in str(e)
+                if not (is_unknown_command(e) or older):
+                    raise
+                break  # no server-side wait for leases here: poll
+            if out is None:
+                break  # the connection cannot hold a useful wait: poll
+            server.backend = "module"
+            r = parse(out[1])
+            if r.allowed:
+                return r
+            if r.never or (deadline is not None and time.monotonic() >= deadline):
+                raise RateLimited(name, r)
+            if time.monotonic() - started < 0.9 * out[0] / 1000:
+                # Answered without waiting (the server's tb.max-blocked or
+                # memory bound): back off as polling does.
+                wait = min(pause, r.retry_after_ms / 1000)
+                if deadline is not None:
+                    wait = min(wait, deadline - time.monotonic())
+                yield Sleep(max(0.001, wait))
+                pause = min(pause * 2, LEASE_POLL[1])
+    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+    return (yield from _poll(lambda: execute(server, call), parse, name, left))
 
 
 def _poll(run: Callable[[], Plan[Any]], parse: Callable[[Any], Any], name: str, timeout: float | None) -> Plan[Any]:

@@ -24,10 +24,16 @@ second keeps every stretch close to the rate. With several buckets (a
 user's and a global one) every grant comes from all of them at once, the
 same number of bytes from each.
 
+Streams sharing a bucket (a global cap): a stream that is denied because
+others took the bytes it expected RESERVEs its next chunk instead (see
+:class:`Grants`): reservations queue first come, first served, are never
+denied, and hold one chunk each, so contending streams take turns and
+still make at most one call per chunk (given buckets of two chunks or
+more).
+
 Bytes are taken before they are sent: a stream holds at most four chunks
-it has not sent yet, and gives them back (``TB.REFUND``) when it ends or is
-closed or cancelled early. Nothing is taken while a stream waits, so
-waiting streams hold nothing back from others.
+it has not sent yet (a contending one, two), and gives them back
+(``TB.REFUND``) when it ends or is closed or cancelled early.
 """
 
 from __future__ import annotations
@@ -99,7 +105,9 @@ def pace_sync(
             deadline = None if timeout is None else time.monotonic() + timeout
             while grants.credit < len(piece):
                 time.sleep(grants.pause())
-                grants.took(take_sync(buckets, grants.ask(), size), deadline)
+                n, reserve = grants.ask()
+                grants.took(take_sync(buckets, n, size, reserve, grants.max_wait(deadline)), n, reserve, deadline)
+            time.sleep(grants.until_ours())
             grants.credit -= len(piece)
             yield piece
     finally:
@@ -124,7 +132,9 @@ async def pace(
             deadline = None if timeout is None else time.monotonic() + timeout
             while grants.credit < len(piece):
                 await asyncio.sleep(grants.pause())
-                grants.took(await take(buckets, grants.ask(), size), deadline)
+                n, reserve = grants.ask()
+                grants.took(await take(buckets, n, size, reserve, grants.max_wait(deadline)), n, reserve, deadline)
+            await asyncio.sleep(grants.until_ours())
             grants.credit -= len(piece)
             yield piece
     finally:
@@ -141,38 +151,77 @@ GRANT_CHUNKS = 4
 
 class Grants:
     """A stream's bookkeeping: bytes granted and not yet sent (``credit``),
-    and when asking again can succeed."""
+    when asking again can succeed, and whether the stream contends with
+    others for its buckets.
+
+    Uncontended, a call asks ``ATMOST MIN chunk`` for up to
+    ``GRANT_CHUNKS`` chunks and is granted at least one. A denial means
+    other streams took the bytes the stream expected (a shared global
+    cap): from then on it RESERVEs its next chunk instead, which is never
+    denied and queues it first come, first served behind the others, and
+    sends the chunk when the reservation's wait is over. The first
+    reservation after a denial takes one chunk more, so that the calls
+    stay at most the chunks granted. It goes back to ``ATMOST`` when a
+    reservation finds every bucket holding another chunk."""
 
     def __init__(self, buckets: Sequence[TokenBucket] | Sequence[AsyncTokenBucket], size: int) -> None:
         self.buckets = list(buckets)
         self.rates = [rate_per_second(b.rate) for b in buckets]
+        #: The most one reservation may take: the smallest capacity.
+        self.most = min(b.capacity for b in buckets)
         self.size = size
         self.credit = 0
         self.calls = 0
+        #: Chunks granted so far (a call that granted none owes one).
+        self.chunks = 0
+        self.contended = False
         self._not_before = 0.0
+        self._ours_at = 0.0
 
-    def ask(self) -> int:
-        """Bytes to ask for: enough to hold ``GRANT_CHUNKS`` chunks unsent
-        (the server grants at least one chunk of them, or nothing)."""
+    def ask(self) -> tuple[int, bool]:
+        """Bytes to ask for, and whether to reserve them: uncontended,
+        enough to hold ``GRANT_CHUNKS`` chunks unsent (the server grants at
+        least one chunk of them, or nothing); contended, a chunk, plus one
+        for every call that granted nothing."""
+        owed = max(0, self.calls - self.chunks)
         self.calls += 1
-        return GRANT_CHUNKS * self.size - self.credit
+        if self.contended:
+            return min(self.most, (1 + owed) * self.size), True
+        return GRANT_CHUNKS * self.size - self.credit, False
+
+    def max_wait(self, deadline: float | None) -> float | None:
+        """The longest reservation worth making before ``deadline``."""
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
 
     def pause(self) -> float:
         """Seconds to sleep before the next call (0 when it may succeed now)."""
         return max(0.0, self._not_before - time.monotonic())
 
-    def took(self, r: Result | MultiResult, deadline: float | None) -> None:
-        """Books a reply: a grant adds to the credit, and the next call waits
-        until every bucket holds a chunk again (the remaining whole bytes are
-        a lower bound of each bucket's level, so this is never early); a
-        denial waits its ``retry_after``, or raises
-        :class:`~tb_limiter.RateLimited` when that is never or past
-        ``deadline``."""
+    def until_ours(self) -> float:
+        """Seconds until the reserved bytes are the stream's to send."""
+        return max(0.0, self._ours_at - time.monotonic())
+
+    def took(self, r: Result | MultiResult, n: int, reserved: bool, deadline: float | None) -> None:
+        """Books a reply to asking ``n`` bytes: a grant adds to the credit,
+        and the next call waits until every bucket holds a chunk again (the
+        remaining whole bytes are a lower bound of each bucket's level, so
+        this is never early); a reservation adds ``n`` to the credit, to be
+        sent after its wait, and the next one follows at once; a denial
+        turns to reserving, or raises :class:`~tb_limiter.RateLimited` when
+        the bytes never come or not before ``deadline``."""
         now = time.monotonic()
-        granted = r.granted or 0
+        granted = n if reserved and r.allowed else (r.granted or 0)
+        remaining = [r.remaining] if isinstance(r, Result) else list(r.remaining)
         if r.allowed and granted > 0:
             self.credit += granted
-            remaining = [r.remaining] if isinstance(r, Result) else list(r.remaining)
+            self.chunks += granted // self.size
+            if reserved:
+                self._ours_at = now + r.retry_after
+                self._not_before = 0.0
+                # The buckets held another chunk beyond this one: no
+                # contention now.
+                self.contended = not (r.retry_after == 0 and all(left >= self.size for left in remaining))
+                return
             waits = [
                 float((self.size - left) / rate)
                 for left, rate in zip(remaining, self.rates)
@@ -182,23 +231,38 @@ class Grants:
             return
         if r.never or (deadline is not None and now + r.retry_after > deadline):
             raise RateLimited(",".join(str(b.key) for b in self.buckets), r)
-        self._not_before = now + r.retry_after
+        if reserved:  # past the server's longest wait: try when it is shorter
+            self._not_before = now + r.retry_after
+        self.contended = True
 
     def unsent(self) -> list[tuple[BucketSpec, int]]:
         """What to give back: the credit, to every bucket."""
         return [(b, self.credit) for b in self.buckets]
 
 
-def take_sync(buckets: Sequence[TokenBucket], n: int, size: int) -> Result | MultiResult:
-    """One call: up to ``n`` bytes from every bucket at once, at least ``size``
-    (or nothing)."""
+def take_sync(
+    buckets: Sequence[TokenBucket], n: int, size: int, reserve: bool = False, max_wait: float | None = None
+) -> Result | MultiResult:
+    """One call to every bucket at once: up to ``n`` bytes, at least
+    ``size`` (or nothing); with ``reserve``, ``n`` bytes into debt if they
+    come within ``max_wait``."""
+    if reserve:
+        if len(buckets) == 1:
+            return buckets[0].reserve(n, max_wait=max_wait)
+        return buckets[0].limiter.consume_many([(b, n) for b in buckets], max_wait=max_wait, reserve=True)
     if len(buckets) == 1:
         return buckets[0].consume(n, atmost=True, chunk=size)
     return buckets[0].limiter.consume_many([(b, n) for b in buckets], atmost=True, chunk=size)
 
 
-async def take(buckets: Sequence[AsyncTokenBucket], n: int, size: int) -> Result | MultiResult:
+async def take(
+    buckets: Sequence[AsyncTokenBucket], n: int, size: int, reserve: bool = False, max_wait: float | None = None
+) -> Result | MultiResult:
     """:func:`take_sync`, awaited."""
+    if reserve:
+        if len(buckets) == 1:
+            return await buckets[0].reserve(n, max_wait=max_wait)
+        return await buckets[0].limiter.consume_many([(b, n) for b in buckets], max_wait=max_wait, reserve=True)
     if len(buckets) == 1:
         return await buckets[0].consume(n, atmost=True, chunk=size)
     return await buckets[0].limiter.consume_many([(b, n) for b in buckets], atmost=True, chunk=size)

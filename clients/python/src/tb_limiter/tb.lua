@@ -51,7 +51,8 @@ local ERR_MOPTION = 'ERR unknown option: TB.MCONSUME takes RESERVE ms, or ATMOST
 local ERR_WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local ERR_LEASE_TTL = 'ERR LEASE takes a TTL in milliseconds, an integer from 1 to 86400000'
 local ERR_LEASE_TWICE = 'ERR LEASE given twice'
-local ERR_LEASE_MODE = 'ERR LEASE cannot be combined with RESERVE, BLOCK or ATMOST'
+local ERR_LEASE_MODE = 'ERR LEASE cannot be combined with RESERVE or ATMOST'
+local ERR_MCONSUME_BLOCK = 'ERR BLOCK in TB.MCONSUME waits for leases: it needs LEASE and cannot be combined with RESERVE or ATMOST'
 local ERR_LEASE_N = 'ERR LEASE needs n of at least 1'
 local ERR_LEASE_FULL = 'ERR the bucket holds 1024 leases already: release some or wait for them to expire'
 local ERR_LEASE_ID = 'ERR lease-id must be an integer from 0 to 9007199254740992'
@@ -849,7 +850,7 @@ local function cmd_consume(args)
   if minc ~= nil and not atmost then return err(ERR_MIN_ATMOST) end
   if minc ~= nil and minc > c then return err(ERR_MIN) end
   if lease_ttl ~= nil then
-    if atmost or wait ~= nil then return err(ERR_LEASE_MODE) end
+    if atmost or wait == 'RESERVE' then return err(ERR_LEASE_MODE) end
     if n == 0 then return err(ERR_LEASE_N) end
   end
   local mode = 'all'
@@ -887,7 +888,7 @@ local function cmd_mconsume(args)
   if k == 0 or k > 16 or #args < triples then return err(ERR_NUMKEYS) end
   local mode, max_wait_us, minc = 'all', 0, 1
   local chunk = nil
-  local leased, any_lease, reserve = {}, false, nil
+  local leased, any_lease, reserve, block = {}, false, nil, nil
   local at = triples + 1
   while at <= #args do
     local up = args[at]:upper()
@@ -905,6 +906,11 @@ local function cmd_mconsume(args)
       local ms, e = parse_int(args[at + 1], '86400000', ERR_WAIT)
       if not ms then return err(e) end
       reserve = ms
+      at = at + 2
+    elseif up == 'BLOCK' and block == nil and at + 1 <= #args then
+      local ms, e = parse_int(args[at + 1], '86400000', ERR_WAIT)
+      if not ms then return err(e) end
+      block = ms
       at = at + 2
     elseif up == 'ATMOST' and mode ~= 'atmost' then
       if at + 1 <= #args and args[at + 1]:upper() == 'MIN' then
@@ -926,6 +932,9 @@ local function cmd_mconsume(args)
   -- partial.
   if mode == 'atmost' and reserve ~= nil then return err(ERR_MOPTION) end
   if mode == 'atmost' and any_lease then return err(ERR_LEASE_MODE) end
+  if block ~= nil and (reserve ~= nil or mode == 'atmost' or not any_lease) then
+    return err(ERR_MCONSUME_BLOCK)
+  end
   if reserve ~= nil then
     if reserve > MAX_WAIT_MS then return err(ERR_TOO_LONG) end
     mode, max_wait_us = 'reserve', reserve * 1000
@@ -956,6 +965,11 @@ local function cmd_mconsume(args)
   end
   for j = 1, k do
     if leased[j] and parts[j].n == 0 then return err(ERR_LEASE_N) end
+  end
+  -- BLOCK waits server-side for the leases: only the module can hold a reply.
+  if block ~= nil then
+    if block > MAX_WAIT_MS then return err(ERR_TOO_LONG) end
+    return err(ERR_CANNOT_BLOCK)
   end
   local now = now_us()
   local leases = {}

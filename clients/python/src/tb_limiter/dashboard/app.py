@@ -8,15 +8,21 @@ Routes:
 - ``/api/snapshot``: the latest reading as JSON (what the page polls);
 - ``/metrics``: the same figures in the Prometheus text format;
 - ``/healthz``: ``ok`` once there is a reading, 503 before.
+
+Every request must name an allowed host in its ``Host`` header (loopback
+names and addresses, the address served on, and hosts added with
+``--allow-host``); others get 400. This keeps a web page whose DNS name
+was rebound to the dashboard's address (DNS rebinding) from reading it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import threading
 from importlib import resources
 from pathlib import Path
-from typing import AsyncIterator
+from typing import AsyncIterator, Iterable, Optional
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -26,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .metrics import registry
 from .sampler import Sampler
@@ -41,10 +48,62 @@ def plotly_js() -> Path:
     return path
 
 
-def create_app(sampler: Sampler, *, metrics_top_keys: int = 10, poll: bool = True) -> Starlette:
+#: Bind addresses that mean every interface: not a name a client uses.
+WILDCARDS = ("", "0.0.0.0", "::")
+
+
+def host_name(header: str) -> str:
+    """The host of a ``Host`` header, without its port, lower case, without
+    a trailing dot (``[::1]:8000`` -> ``::1``)."""
+    h = header.strip().lower()
+    if h.startswith("["):
+        h = h[1 : h.find("]")] if "]" in h else ""
+    elif h.count(":") == 1:
+        h = h.partition(":")[0]
+    return h.rstrip(".")
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` (and names under it) or a loopback address."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class HostCheck:
+    """ASGI middleware: 400 unless the ``Host`` header names a loopback
+    host or one of ``allowed`` (compared without port, case or trailing
+    dot)."""
+
+    def __init__(self, app: ASGIApp, allowed: Iterable[str]) -> None:
+        self.app = app
+        self.allowed = {host_name(h) for h in allowed if host_name(h) not in WILDCARDS}
+
+    def allows(self, header: Optional[str]) -> bool:
+        if header is None:
+            return False
+        h = host_name(header)
+        return is_loopback(h) or h in self.allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            header = dict(scope["headers"]).get(b"host")
+            if not self.allows(None if header is None else header.decode("latin-1")):
+                await PlainTextResponse("host not allowed\n", status_code=400)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def create_app(
+    sampler: Sampler, *, metrics_top_keys: int = 10, poll: bool = True, allowed_hosts: Iterable[str] = ()
+) -> Starlette:
     """The ASGI app; with ``poll``, it reads the source once at start-up,
     then a thread reads it every ``sampler.interval`` seconds while the app
-    runs."""
+    runs. It answers requests whose ``Host`` is a loopback name or address
+    or one of ``allowed_hosts`` (see :class:`HostCheck`), 400 others."""
     reg = registry(sampler, metrics_top_keys)
     js = plotly_js()
 
@@ -92,6 +151,6 @@ def create_app(sampler: Sampler, *, metrics_top_keys: int = 10, poll: bool = Tru
             Route("/healthz", healthz),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ],
-        middleware=[Middleware(GZipMiddleware, minimum_size=1024)],
+        middleware=[Middleware(HostCheck, allowed=list(allowed_hosts)), Middleware(GZipMiddleware, minimum_size=1024)],
         lifespan=lifespan,
     )

@@ -85,6 +85,36 @@ def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+#: Bytes of a key name TB.TOP keeps: longer names are counted under their
+#: first KEY_MAX bytes (src/topkeys.rs).
+KEY_MAX = 256
+
+
+def key_text(key: bytes) -> str:
+    """A key name as text, one text per name (the page and ``/metrics``
+    show this): valid UTF-8 stays as it is, except that a backslash is
+    written ``\\\\``, a byte that is not UTF-8 or an ASCII control
+    character (NUL included) ``\\xNN``, and a C1 control character
+    ``\\u00NN``; a name of ``KEY_MAX`` bytes, which TB.TOP may have cut
+    (it counts every name that starts so), ends in ``…``. No two names give
+    the same text, and the text holds no control character."""
+    cut = "\u2026" if len(key) >= KEY_MAX else ""
+    out = []
+    for ch in key[:KEY_MAX].decode("utf-8", "surrogateescape"):
+        o = ord(ch)
+        if ch == "\\":
+            out.append("\\\\")
+        elif 0xDC80 <= o <= 0xDCFF:  # a byte that is not UTF-8
+            out.append("\\x%02x" % (o - 0xDC00))
+        elif o < 0x20 or o == 0x7F:
+            out.append("\\x%02x" % o)
+        elif 0x80 <= o < 0xA0:
+            out.append("\\u%04x" % o)
+        else:
+            out.append(ch)
+    return "".join(out) + cut
+
+
 def parse_top(reply: Sequence[Any], node: str = "") -> TopList:
     """Turns a ``TB.TOP`` reply (a flat field/value array) into a TopList."""
     fields: Dict[str, Any] = {_text(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}

@@ -16,7 +16,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from .collect import COUNTERS, TopList
+from .collect import COUNTERS, TopList, key_text
 from .sampler import Sampler
 
 #: Help text of each ``INFO tb`` counter.
@@ -97,7 +97,7 @@ class TbCollector(Collector):
         )
         if lst is not None:
             for k in lst.keys[: self.top_keys]:
-                fam.add_metric([k.key.decode("utf-8", "backslashreplace")], k.count)
+                fam.add_metric([key_text(k.key)], k.count)
             bound.add_metric([], lst.error_bound)
         yield fam
         yield bound

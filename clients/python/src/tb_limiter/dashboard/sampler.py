@@ -42,10 +42,6 @@ class Sample:
         return collect.add_histograms(n.wait_buckets for n in self.nodes if n.wait_buckets)
 
 
-def _key_text(k: bytes) -> str:
-    return k.decode("utf-8", "backslashreplace")
-
-
 def _num(x: Optional[float]) -> Optional[float]:
     return None if x is None or math.isnan(x) else round(x, 3)
 
@@ -243,7 +239,7 @@ class Sampler:
             "error_bound": lst.error_bound,
             "keys": [
                 {
-                    "key": _key_text(k.key),
+                    "key": collect.key_text(k.key),
                     "count": k.count,
                     "error": k.error,
                     "at_least": k.at_least,

@@ -1,0 +1,84 @@
+# frozen_string_literal: true
+
+require "digest/sha1"
+
+module TbLimiter
+  # How each operation is spelled as a command, the Lua fallback's source,
+  # and how the server's errors are read.
+  module Protocol
+    # Source of the Lua fallback: tb.lua in this gem, a byte-identical copy
+    # of the repository's lua/tb.lua (`make lua-sync`).
+    SCRIPT = File.binread(File.join(__dir__, "tb.lua")).freeze
+    # Its SHA-1, as EVALSHA takes it.
+    SCRIPT_SHA = Digest::SHA1.hexdigest(SCRIPT).freeze
+    # The longest wait the module accepts by default (tb.max-wait-ms), and
+    # the one the Lua fallback always accepts.
+    DEFAULT_MAX_WAIT_MS = 60_000
+    MAX_WAIT = /wait exceeds tb\.max-wait-ms(?: \((\d+)\))?/.freeze
+
+    # One command: its name, its keys and its other arguments, in the order
+    # the module takes them.
+    Call = Struct.new(:name, :keys, :args) do
+      # Arguments for a server with the module.
+      def module_args
+        return [name, keys.size.to_s, *keys, *args] if name == "TB.MCONSUME"
+
+        [name, *keys, *args]
+      end
+
+      # EVALSHA/EVAL arguments after the script (or its SHA): numkeys, the
+      # keys, then the command name and its arguments. The one place that
+      # spells the script's calling convention.
+      def script_args
+        [keys.size.to_s, *keys, name, *args]
+      end
+    end
+
+    module_function
+
+    # A token count as the commands' argument.
+    def amount(n, what = "n")
+      raise TypeError, "#{what} must be an Integer" unless n.is_a?(Integer)
+
+      n.to_s
+    end
+
+    # A wait in seconds as whole milliseconds, rounded down so the server
+    # never makes the caller wait longer than asked.
+    def wait_ms(seconds)
+      unless seconds.is_a?(Numeric) && seconds >= 0 && seconds.finite?
+        raise ArgumentError, "a wait must be a finite number of seconds >= 0, got #{seconds.inspect}"
+      end
+
+      (seconds * 1000).floor
+    end
+
+    # A lease TTL in seconds as whole milliseconds (at least 1).
+    def lease_ttl_ms(ttl)
+      ms = wait_ms(ttl)
+      raise ArgumentError, "a lease TTL must be at least 1 ms, got #{ttl.inspect} s" if ms < 1
+
+      ms
+    end
+
+    # The server's reply to a command it does not know, or a cluster
+    # client's refusal to route one.
+    def unknown_command?(error)
+      text = error.message.downcase
+      text.include?("unknown command") || text.include?("command doesn't exist")
+    end
+
+    def noscript?(error) = error.message.start_with?("NOSCRIPT")
+
+    def noperm?(error) = error.message.start_with?("NOPERM")
+
+    # [refused, limit]: whether `error` is "ERR wait exceeds tb.max-wait-ms
+    # (N)", and N when the server says it.
+    def max_wait_error(error)
+      m = MAX_WAIT.match(error.message)
+      return [false, nil] unless m
+
+      [true, m[1]&.to_i]
+    end
+  end
+end

@@ -1,0 +1,171 @@
+# frozen_string_literal: true
+
+# TbLimiter::Sidekiq::Middleware called directly, as a Sidekiq processor
+# calls it, against a real server: what runs, what is re-scheduled (and
+# how), what a leased job's failure leaves held.
+
+require_relative "helper"
+require "sidekiq"
+require "sidekiq/api"
+require "tb_limiter/sidekiq"
+
+class LimitedJob
+  include Sidekiq::Worker
+  include TbLimiter::Sidekiq::Limited
+  tb_limit rate: 1, capacity: 1, key: ->(account) { "mw:acct:#{account}" }, max_wait: 3
+end
+
+class NearJob
+  include Sidekiq::Worker
+  include TbLimiter::Sidekiq::Limited
+  tb_limit rate: 1, capacity: 1, key: "mw:near", max_wait: 0.5
+end
+
+class LeasedMwJob
+  include Sidekiq::Worker
+  include TbLimiter::Sidekiq::Limited
+  tb_lease key: ->(account) { "mw:llm:{#{account}}" }, ttl: 60,
+           parts: { rpm: { rate: "1/d", capacity: 5 }, tpm: { rate: "1/d", capacity: 1000, n: ->(_) { 300 } },
+                    inflight: { capacity: 1 } }
+end
+
+class PlainJob
+  include Sidekiq::Worker
+end
+
+class SidekiqMiddlewareTest < Minitest::Test
+  def self.with_module = true
+
+  def self.run(reporter, options = {})
+    @server = TestServers::Server.new(with_module: with_module)
+    Sidekiq.configure_client { |c| c.redis = { url: @server.url } }
+    super
+  ensure
+    @server&.stop
+  end
+
+  class << self
+    attr_reader :server
+  end
+
+  def setup
+    @redis = self.class.server.client
+    @redis.flushall
+    @lim = TbLimiter::Limiter.new(@redis)
+    TbLimiter::Sidekiq.limiter = @lim
+    TbLimiter::Sidekiq.lead = 0.2
+    TbLimiter::Sidekiq.queue_limits.clear
+    @mw = TbLimiter::Sidekiq::Middleware.new
+  end
+
+  def teardown
+    TbLimiter::Sidekiq.lead = nil
+    @redis.close
+  end
+
+  def job(klass, *args, **extra)
+    { "class" => klass.name, "args" => args, "jid" => SecureRandom.hex(12), "queue" => "default", "retry" => true,
+      "created_at" => Time.now.to_f, "enqueued_at" => Time.now.to_f }.merge(extra.transform_keys(&:to_s))
+  end
+
+  def run_job(klass, payload, &body)
+    ran = false
+    @mw.call(klass.new, payload, payload["queue"]) do
+      ran = true
+      body&.call
+    end
+    ran
+  end
+
+  def scheduled = Sidekiq::ScheduledSet.new.to_a
+
+  # Whole tokens in a bucket (a full one may have no key).
+  def tokens(bucket) = bucket.info&.tokens&.floor || bucket.capacity
+
+  def test_a_job_whose_turn_is_later_is_rescheduled_for_it_not_retried
+    assert run_job(LimitedJob, job(LimitedJob, "a"))
+    second = job(LimitedJob, "a")
+    t = Time.now.to_f
+    refute run_job(LimitedJob, second), "not run before its turn"
+    assert_equal 1, scheduled.size
+    s = scheduled.first
+    assert_equal second["jid"], s.jid, "the same job, not a copy"
+    assert_equal ["a"], s.args
+    assert_in_delta t + 1.0, s.item["tb_turn"], 0.05, "its turn: the reservation's wait"
+    assert_in_delta s.item["tb_turn"] - 0.2, s.at.to_f, 0.01, "brought back the lead before the turn"
+    assert_equal 1, s.item["tb_reschedules"]
+    assert_nil s.item["retry_count"], "no retry burned"
+    assert run_job(LimitedJob, job(LimitedJob, "b")), "another account has its own bucket"
+
+    # Brought back early, it sleeps to its turn and runs.
+    back = s.item
+    s.delete
+    t0 = Time.now.to_f
+    assert run_job(LimitedJob, back)
+    assert_operator Time.now.to_f, :>=, back["tb_turn"]
+    assert_operator Time.now.to_f - t0, :<, 1.1
+  end
+
+  def test_a_turn_beyond_the_reach_takes_nothing_and_asks_again_later
+    assert run_job(NearJob, job(NearJob))
+    refute run_job(NearJob, job(NearJob)) # 1 s away, reach 0.5 s: denied
+    s = scheduled.first
+    assert_nil s.item["tb_turn"], "nothing reserved"
+    assert_operator s.at.to_f - Time.now.to_f, :>, 0.2, "not sooner than half the reach"
+    assert_equal 0, @lim.bucket("mw:near", rate: 1, capacity: 1).info.tokens.floor, "no debt taken"
+  end
+
+  def test_a_job_back_past_its_turn_gives_it_back_and_takes_a_new_one
+    b = @lim.bucket("mw:acct:late", rate: 1, capacity: 1)
+    assert b.reserve(1).allowed? # the turn this job held, now
+    late = job(LimitedJob, "late", tb_turn: Time.now.to_f - 5, tb_reschedules: 1)
+    assert run_job(LimitedJob, late), "its refunded token serves the new turn at once"
+    assert_equal 0, b.info.tokens.round, "one token used, not two"
+  end
+
+  def test_more_than_the_capacity_is_a_failure
+    never = Class.new(LimitedJob) { tb_limit rate: 1, capacity: 1, n: 2, key: "mw:never" }
+    Object.const_set(:NeverJob, never) unless defined?(NeverJob)
+    assert_raises(TbLimiter::RateLimited) { run_job(NeverJob, job(NeverJob)) }
+  end
+
+  def test_a_queue_default_applies_to_classes_without_their_own
+    TbLimiter::Sidekiq.limit_queue("slow", rate: 1, capacity: 1, key: ->(*) { "mw:queue:slow" })
+    assert run_job(PlainJob, job(PlainJob, queue: "slow"))
+    refute run_job(PlainJob, job(PlainJob, queue: "slow"))
+    assert run_job(PlainJob, job(PlainJob, queue: "other"))
+  end
+
+  def test_leased_job_settles_on_success_and_keeps_on_failure
+    tpm = @lim.bucket("mw:llm:{a}:tpm", rate: "1/d", capacity: 1000)
+    inflight = @lim.bucket("mw:llm:{a}:inflight", rate: 0, capacity: 1)
+    w = LeasedMwJob.new
+    @mw.call(w, job(LeasedMwJob, "a"), "default") { w.tb_used(:tpm, 120) }
+    assert_equal 880, tpm.info.tokens.floor, "settled to the use reported"
+    assert_equal 1, tokens(inflight), "slot released"
+
+    assert_raises(Timeout::Error) { @mw.call(w, job(LeasedMwJob, "a"), "default") { raise Timeout::Error } }
+    assert_equal 580, tpm.info.tokens.floor, "the estimate stays charged"
+    assert_equal 0, tokens(inflight), "the slot stays held: the call may still run"
+
+    busy = job(LeasedMwJob, "a")
+    refute run_job(LeasedMwJob, busy), "no slot: not run"
+    assert_equal busy["jid"], scheduled.first.jid
+    assert_nil scheduled.first.item["tb_turn"]
+
+    c = job(LeasedMwJob, "c")
+    assert_raises(TbLimiter::NotSent) { @mw.call(w, c, "default") { raise TbLimiter::NotSent, "refused" } }
+    left = { "rpm" => 5, "tpm" => 1000, "inflight" => 1 }.map { |p, cap| tokens(@lim.bucket("mw:llm:{c}:#{p}", rate: 0, capacity: cap)) }
+    assert_equal [5, 1000, 1], left, "not sent: everything given back"
+  end
+end
+
+# The same on a server without the module: the Lua fallback.
+class SidekiqMiddlewareLuaTest < SidekiqMiddlewareTest
+  def self.with_module = false
+
+  def test_the_fallback_answers
+    run_job(LimitedJob, job(LimitedJob, "x"))
+    assert_equal :lua, @lim.backend
+  end
+end
