@@ -16,7 +16,7 @@ TEST_THREADS ?= 2
 TEST_JOBS ?= 2
 # `make run`: the port to listen on (127.0.0.1 only).
 PORT ?= 6379
-# `make install`: where the module goes (README "Running in production").
+# `make install`: where the module goes (docs/operations/install.md).
 PREFIX ?= /opt/tb
 # The oldest Rust that builds the module and its tests (Cargo.toml's
 # rust-version, the single place it is written).

@@ -38,7 +38,7 @@ OUT = os.path.join(HERE, "results-hotkeys.json")
 
 STREAM_RATE = 10_000_000
 STREAM_CHUNK = 64 * 1024
-STREAM_CAPACITY = STREAM_RATE // 10  # a tenth of a second, as the README suggests
+STREAM_CAPACITY = STREAM_RATE // 10  # a tenth of a second, as docs/examples.md suggests
 PROCS = 4
 BATCH = 100
 LIMIT_RATE, LIMIT_CAP = 20_000, 2_000

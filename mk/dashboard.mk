@@ -8,7 +8,7 @@
 #                               of TEST_SERVERS, all but the browser test on
 #                               the others (part of `make test`)
 #   make dashboard-screenshots  the browser test alone, writing its
-#                               screenshots to docs/ (the README shows one)
+#                               screenshots to docs/ (docs/dashboard.md shows one)
 #   make dashboard URL=redis://127.0.0.1:6379/0 [CLUSTER=1] [DASHBOARD_PORT=8000]
 #                               serve the dashboard on http://127.0.0.1:DASHBOARD_PORT/
 

@@ -4,7 +4,7 @@
 #                    (mk/dist.sh lists what is inside)
 #   make install     libtb.so, redis.conf.example and the Prometheus
 #                    exporter script tb-metrics.lua into PREFIX (default
-#                    /opt/tb, where README's production section loads them
+#                    /opt/tb, where docs/operations/configuration.md loads them
 #                    from); DESTDIR=... stages them for a package
 #   make test-dist   from a fresh clone of the current commit: make dist,
 #                    check its sums and contents, make install, load both on

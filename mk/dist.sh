@@ -3,7 +3,7 @@
 # holding NAME/ with
 #   libtb.so            the module (load it with `loadmodule /opt/tb/libtb.so`)
 #   redis.conf.example  a configuration for it
-#   tb-metrics.lua      the prometheus-redis-exporter script (README, "Prometheus")
+#   tb-metrics.lua      the prometheus-redis-exporter script (docs/operations/metrics.md)
 #   README.md LICENSE
 #   BUILDINFO           version, commit, the Rust that built it, the glibc it
 #                       was built against and the newest glibc symbol it needs
@@ -48,7 +48,7 @@ needs=$(objdump -T "$dir/libtb.so" | grep -o 'GLIBC_[0-9.]*' | sort -u -V | tail
   echo "target: $(rustc -vV | sed -n 's/^host: //p')"
   echo "built on: $( . /etc/os-release && echo "$PRETTY_NAME"), glibc $(getconf GNU_LIBC_VERSION | awk '{print $2}')"
   echo "needs: glibc ${needs#GLIBC_} or newer (Debian 12 has 2.36)"
-  echo "servers: Redis 7.0 or newer, Valkey 8.0 (README, \"Supported servers\")"
+  echo "servers: Redis 7.0 or newer, Valkey 8.0 (docs/operations/install.md, \"Supported servers\")"
 } >"$dir/BUILDINFO"
 (cd "$dir" && sha256sum libtb.so redis.conf.example tb-metrics.lua README.md LICENSE BUILDINFO >SHA256SUMS)
 find "$dir" -exec touch -h -d "@$epoch" {} +

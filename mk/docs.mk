@@ -1,7 +1,9 @@
 # Docs blocks (tools/doctest): every fenced code block of README.md,
-# docs/**/*.md and clients/*/README.md runs against real servers the harness
+# docs/**/*.md, clients/*/README.md and examples/*/README.md runs against
+# real servers the harness
 # starts (free loopback ports, TEST_SERVERS, TB_MODULE); a block with no
 # runner and no directive fails. tools/doctest/blocks.py lists the directives.
+# Every relative link of those pages must resolve (tools/doctest/links.py).
 #
 #   make test-docs   every block (part of `make test`); pass PYTEST_ARGS="-k ..."
 #                    to run some

@@ -1,11 +1,11 @@
-# Fuzzing and soak runs (README ("Security and limits") has what each proves).
+# Fuzzing and soak runs (docs/security.md has what each proves).
 #
 #   make fuzz        libFuzzer on every parser and the bucket arithmetic,
 #                    FUZZ_SECONDS (20) per target, two at a time; part of
 #                    `make test`
 #   make fuzz-long   the same for FUZZ_LONG_SECONDS (60) per target, then the
 #                    protocol fuzzer and the RESTORE fuzzer with large counts
-#                    on every server of TEST_SERVERS (the figures in README
+#                    on every server of TEST_SERVERS (the figures in docs/security.md
 #                    ("Security and limits"))
 #   make soak        the soak test for SOAK_SECONDS (300) of load on every
 #                    server of TEST_SERVERS (its CI form, 20 s, runs with the

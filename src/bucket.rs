@@ -3,7 +3,7 @@
 //! Every function takes the current time as an argument, so the whole
 //! behaviour is deterministic and unit-tested with an injected clock.
 //!
-//! Representation (chosen for exactness, see README "Exactness"):
+//! Representation (chosen for exactness, see docs/design/exactness.md):
 //! - tokens are a signed fixed-point number of nano-tokens (`1e-9` token),
 //!   negative only while reservations hold the bucket in debt;
 //! - time is integer microseconds of the server clock;

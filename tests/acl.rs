@@ -2,7 +2,7 @@
 //! buckets through any TB.* command (alone, in MULTI, in scripts), read-only
 //! key permissions allow no writes, the internal TB.SETSTATE can
 //! be denied to every user without breaking replication or AOF loading, and
-//! the least-privilege line documented in README ("Security and limits") works as stated.
+//! the least-privilege line documented in docs/security.md ("ACL") works as stated.
 
 mod common;
 
@@ -15,7 +15,7 @@ use common::{
 use redis::{Connection, Value};
 
 /// The least-privilege ACL rule for an application that only rate-limits
-/// (README ("Security and limits")): the limiter commands on `rl:*` keys, nothing else.
+/// (docs/security.md, "ACL"): the limiter commands on `rl:*` keys, nothing else.
 const LEAST_PRIVILEGE: &str = "on >s3cret resetkeys ~rl:* resetchannels -@all \
      +tb.consume +tb.mconsume +tb.refund +tb.info +cl.throttle";
 

@@ -171,7 +171,7 @@ fn command_docs_describe_every_command() {
     assert!(e.to_string().contains("wrong number of arguments"), "{e}");
 }
 
-/// The ACL rules of the production guide (README, "Running in production").
+/// The ACL rules of the production guide (docs/security.md, "ACL").
 #[test]
 fn acl_rules_keep_the_internal_commands_from_applications() {
     let s = Server::start();

@@ -1,10 +1,11 @@
 //! The Prometheus route: Debian's `prometheus-redis-exporter` with the
 //! shipped script (`contrib/prometheus/tb-metrics.lua`), configured with the
-//! settings README shows for `/etc/default/prometheus-redis-exporter` and
-//! logged in as the user of README's ACL line, against a server with the
-//! module. After a known workload, every `INFO tb` field README documents is
-//! in the exporter's `/metrics` with the value the workload implies, the
-//! histogram of granted waits included; the README's list and the module's
+//! settings the metrics page (docs/operations/metrics.md) shows for
+//! `/etc/default/prometheus-redis-exporter` and logged in as the user of its
+//! ACL line, against a server with the module. After a known workload, every
+//! `INFO tb` field the page documents is in the exporter's `/metrics` with the
+//! value the workload implies, the histogram of granted waits included; the
+//! page's list and the module's
 //! fields are the same set; the exporter logs no error; and that user can do
 //! nothing but read INFO.
 //!
@@ -25,7 +26,7 @@ use redis::Connection;
 
 /// How long the exporter may take to serve its first scrape.
 const START_DEADLINE: Duration = Duration::from_secs(15);
-/// Bounds of the wait histogram, as README lists them.
+/// Bounds of the wait histogram, as the metrics page lists them.
 const BOUNDS: [i64; 16] = [
     0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000,
 ];
@@ -34,30 +35,33 @@ fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The page that documents `INFO tb` and the exporter's set-up.
+const METRICS_PAGE: &str = "docs/operations/metrics.md";
+
 fn readme() -> String {
-    std::fs::read_to_string(repo().join("README.md")).expect("README.md")
+    std::fs::read_to_string(repo().join(METRICS_PAGE)).expect(METRICS_PAGE)
 }
 
-/// README's ACL line for the exporter (`redis-cli ACL SETUSER exporter ...`),
+/// The metrics page's ACL line for the exporter (`redis-cli ACL SETUSER exporter ...`),
 /// as command arguments.
 fn readme_acl() -> Vec<String> {
     let readme = readme();
     let line = readme
         .lines()
         .find(|l| l.starts_with("redis-cli ACL SETUSER exporter "))
-        .expect("README shows the exporter's ACL line");
+        .expect("the metrics page shows the exporter's ACL line");
     line.split_whitespace()
         .skip(1)
         .map(|w| w.trim_matches('\'').to_string())
         .collect()
 }
 
-/// README's `/etc/default/prometheus-redis-exporter` settings.
+/// The metrics page's `/etc/default/prometheus-redis-exporter` settings.
 fn readme_exporter_env() -> HashMap<String, String> {
     let readme = readme();
     let start = readme
         .find("# /etc/default/prometheus-redis-exporter\n")
-        .expect("README shows the exporter's settings");
+        .expect("the metrics page shows the exporter's settings");
     readme[start..]
         .lines()
         .skip(1)
@@ -96,14 +100,14 @@ struct Exporter {
 }
 
 impl Exporter {
-    /// Starts the exporter with README's settings, pointed at this test's
+    /// Starts the exporter with the metrics page's settings, pointed at this test's
     /// server and at the repository's copy of the script.
     fn start(redis_port: u16) -> Exporter {
         let mut env = readme_exporter_env();
         assert_eq!(
             env.get("REDIS_EXPORTER_SCRIPT").map(String::as_str),
             Some("/opt/tb/tb-metrics.lua"),
-            "README's script path is where make install puts it"
+            "the metrics page's script path is where make install puts it"
         );
         assert!(env.contains_key("REDIS_ADDR"), "{env:?}");
         env.insert(
@@ -198,14 +202,14 @@ fn script_values(metrics: &str) -> HashMap<String, f64> {
         .collect()
 }
 
-/// The `INFO tb` fields README documents (its "INFO tb" section: every
+/// The `INFO tb` fields the metrics page documents (its "INFO tb" section: every
 /// backticked `tb_*` name, and `tb_wait_ms_le_<ms>` for each bound listed on
 /// the same line).
 fn documented_fields() -> BTreeSet<String> {
     let readme = readme();
     let start = readme
-        .find("\n### INFO tb\n")
-        .expect("README has an '### INFO tb' section");
+        .find("\n## INFO tb\n")
+        .expect("the metrics page has an '## INFO tb' section");
     let rest = &readme[start + 1..];
     let section = &rest[..rest[4..].find("\n#").map_or(rest.len(), |i| i + 4)];
     let mut fields = BTreeSet::new();
@@ -321,10 +325,14 @@ fn the_exporter_script_exports_every_documented_field_with_its_value() {
     );
     let want = workload(&mut admin);
 
-    // The module's fields, README's list and the expected values agree.
+    // The module's fields, the metrics page's list and the expected values agree.
     let info = info_tb(&mut admin);
     let fields: BTreeSet<String> = info.keys().cloned().collect();
-    assert_eq!(fields, documented_fields(), "INFO tb fields vs README");
+    assert_eq!(
+        fields,
+        documented_fields(),
+        "INFO tb fields vs the metrics page"
+    );
     assert_eq!(
         fields,
         want.keys().cloned().collect(),
@@ -354,7 +362,7 @@ fn the_exporter_script_exports_every_documented_field_with_its_value() {
     let log = exporter.log();
     assert!(
         !log.contains("level=error") && !log.contains("NOPERM"),
-        "the exporter logged errors with README's ACL line:\n{log}"
+        "the exporter logged errors with the metrics page's ACL line:\n{log}"
     );
 }
 

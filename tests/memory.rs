@@ -7,7 +7,7 @@
 //! `volatile-*` with `tb.expire-idle no`), that the module warns about the
 //! former at load and in `INFO tb`, and that `deny-oom` refuses to create
 //! buckets past the limit with Redis' OOM error. The pressure test prints one
-//! line per policy (the table in README ("Security and limits")).
+//! line per policy (the table in docs/security.md, "Memory pressure and eviction").
 
 mod common;
 

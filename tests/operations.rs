@@ -267,7 +267,7 @@ fn info_tb_is_one_section_named_tb_with_the_settings() {
     assert!(!plain.contains("tb_calls"), "{plain}");
 }
 
-/// The histogram fields of `INFO tb` for the waits in `waits`, as the README
+/// The histogram fields of `INFO tb` for the waits in `waits`, as docs/operations/metrics.md
 /// defines them: cumulative buckets, the `+Inf` one, sum and count.
 fn expected_histogram(waits: &[i64]) -> HashMap<String, i64> {
     let bounds = [

@@ -186,7 +186,7 @@ fn gcd(mut a: u128, mut b: u128) -> u128 {
     a
 }
 
-/// The compact state (README, TB.SETSTATE) of six version 1 fields that
+/// The compact state (docs/commands/tb.setstate.md) of six version 1 fields that
 /// make a valid state, with the rate reduced: the tag byte 1, then LEB128
 /// varints of zigzag(tokens), zigzag(updated_us), numerator, denominator,
 /// capacity, and `expiry` (0: none).

@@ -5,13 +5,13 @@
 --
 -- The exporter runs it with EVAL on every scrape and exports each returned
 -- pair as a gauge: redis_script_values{key="tb_calls"} 42. Every field of
--- INFO tb is an integer (README, "INFO tb" lists them); counters only grow,
+-- INFO tb is an integer (docs/operations/metrics.md lists them); counters only grow,
 -- until TB.CONFIG RESETSTAT or a restart, so use rate()/increase() on them.
 -- The wait histogram's last bucket, tb_wait_ms_le_inf, is returned as
 -- tb_wait_ms_le_+Inf so that label_replace() can turn the keys into the le
 -- labels histogram_quantile() needs.
 --
--- The exporter's user needs +eval and +info (README, "Prometheus").
+-- The exporter's user needs +eval and +info (docs/operations/metrics.md, "Prometheus").
 
 local info = redis.call('INFO', 'tb')
 local result = {}

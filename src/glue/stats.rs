@@ -162,7 +162,7 @@ pub fn reset() {
 
 /// The `INFO tb` section (header `# tb`; Redis prefixes each field with
 /// `tb_`). Every value is an integer, so any INFO reader or the Prometheus
-/// exporter script can take them all. README ("INFO tb") lists the fields.
+/// exporter script can take them all. docs/operations/metrics.md lists the fields.
 #[info_command_handler]
 fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     guard(Ok(()), || {

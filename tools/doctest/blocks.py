@@ -1,6 +1,7 @@
 """Fenced code blocks of the documentation, with their doctest directives.
 
-Every fenced block of README.md, docs/**/*.md and clients/*/README.md is
+Every fenced block of README.md, docs/**/*.md, clients/*/README.md and
+examples/*/README.md is
 found with markdown-it-py (the CommonMark parser, so fences inside list
 items and block quotes count too) and run by its language (runners.py):
 
@@ -218,9 +219,10 @@ def extract(doc: Path) -> list[Block]:
 
 
 def documents(root: Path) -> list[Path]:
-    """README.md, every Markdown file under docs/, and the client packages'
-    READMEs (what pip and npm show their users)."""
+    """README.md, every Markdown file under docs/, the client packages'
+    READMEs (what pip and npm show their users) and the examples' READMEs."""
     docs = [root / "README.md"]
     docs += sorted((root / "docs").rglob("*.md"))
     docs += sorted(root.glob("clients/*/README.md"))
+    docs += sorted(root.glob("examples/*/README.md"))
     return [d for d in docs if d.is_file()]

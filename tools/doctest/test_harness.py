@@ -181,7 +181,7 @@ def test_only_time_fields_get_a_tolerance() -> None:
     "rules", ["+@all -tb.setstate -tb.config", "+@all -@dangerous"], ids=["names", "dangerous"]
 )
 def test_a_denylist_leaks_what_the_readme_says(binary: str, rules: str) -> None:
-    """README: a denylist still lets the application DEL, UNLINK, EXPIRE or
+    """docs/security.md: a denylist still lets the application DEL, UNLINK, EXPIRE or
     RENAME its bucket, and run a script that does (the first also CONFIG
     SET tb.*); the checker reports each of them."""
     conf = (

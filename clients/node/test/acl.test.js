@@ -1,4 +1,4 @@
-// The least-privilege users: the README's limiter user (module commands on
+// The least-privilege users: the limiter user of docs/security.md (module commands on
 // rl:* keys, nothing else) needs nothing more from the Node client, and the
 // Lua fallback's user needs EVALSHA and EVAL and the commands the script
 // calls instead. Backend detection sends no probe and reads no key.
@@ -12,7 +12,7 @@ import { LIBRARIES } from './helpers/clients.js';
 import { servers } from './helpers/fixtures.js';
 
 const USERS = {
-  // README, "ACL": the least-privilege line for an application that only rate-limits.
+  // docs/security.md, "ACL": the least-privilege line for an application that only rate-limits.
   module: 'limiter on >secret resetkeys ~rl:* resetchannels -@all +tb.consume +tb.mconsume +tb.refund +tb.info +cl.throttle',
   // The same for the Lua fallback: the script, and the commands it calls
   // (scripts run with the caller's permissions).

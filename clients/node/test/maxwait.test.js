@@ -4,7 +4,7 @@
 // timeout longer than it waits, holding nothing, until the tokens are
 // within reach. The first tests script the server's replies (a stand-in
 // client) so that every command the limiter sends is checked; the last run
-// against real servers: the README's production setting (tb.max-wait-ms
+// against real servers: the production setting of docs/operations/configuration.md (tb.max-wait-ms
 // 10000) on the module, and the Lua fallback's fixed 60000.
 
 import assert from 'node:assert/strict';

@@ -1,6 +1,6 @@
 """What a new user hit (issue 10), one test each, on both backends where the
 point applies to both: socket timeouts, connections held while waiting,
-cancelled waits, the README's least-privilege ACL user, the server's longest
+cancelled waits, the least-privilege ACL user of docs/security.md, the server's longest
 wait, and connections opened at start-up."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tbserver import Server
 from tb_limiter import AsyncLimiter, Limiter, RateLimited
 
 FROZEN = "1e-12"
-#: The README's least-privilege user for the module, verbatim.
+#: The least-privilege user of docs/security.md for the module, verbatim.
 ACL_MODULE = (
     "ACL SETUSER limiter on >secret resetkeys ~rl:* resetchannels -@all "
     "+tb.consume +tb.mconsume +tb.refund +tb.info +cl.throttle"
@@ -238,12 +238,12 @@ def test_interrupted_sleep_gives_back_its_reservation(server: Server) -> None:
     assert tokens(server, "rl:interrupt") >= held
 
 
-# 3. The README's least-privilege user.
+# 3. The least-privilege user of docs/security.md.
 
 
 @pytest.fixture
 def acl_user(server: Server) -> Iterator[list[str]]:
-    """Applies the README's ACL line for the server's backend (exactly as
+    """Applies the ACL line of docs/security.md for the server's backend (exactly as
     written) and yields the lines applied; removes the user afterwards."""
     admin = server.client()
     lines = [ACL_MODULE] if server.with_module else [ACL_LUA_EVAL, ACL_LUA_LOAD]
@@ -301,7 +301,7 @@ def _every_method(lim: Limiter) -> None:
 
 @pytest.fixture(scope="module")
 def production_server() -> Iterator[Server]:
-    """The module as README's production config loads it: tb.max-wait-ms 10000."""
+    """The module as docs/operations/configuration.md loads it: tb.max-wait-ms 10000."""
     s = Server(with_module=True, module_args=["max-wait-ms", "10000"])
     yield s
     s.stop()

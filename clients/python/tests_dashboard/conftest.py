@@ -36,7 +36,7 @@ from tb_limiter.dashboard.collect import command  # noqa: E402
 START_DEADLINE = 30.0
 STOP_DEADLINE = 10.0
 
-#: The least-privilege line README gives an application that only
+#: The least-privilege line docs/security.md gives an application that only
 #: rate-limits, and what the dashboard adds to it: INFO and TB.TOP.
 APP_RULES = "on >app-secret resetkeys ~rl:* resetchannels -@all +tb.consume +tb.mconsume +tb.refund +tb.info +cl.throttle"
 DASHBOARD_EXTRA = "+info +tb.top"

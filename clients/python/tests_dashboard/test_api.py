@@ -119,7 +119,7 @@ def test_cluster_mode_reads_every_node_and_merges(dashboard_factory: Any) -> Non
                 command(rc, "TB.CONSUME", key, "1/h", "1")
             expected.append((key, node))
         # The read-only user, plus what redis-py's cluster client sends to
-        # learn the topology and the key positions (README says so).
+        # learn the topology and the key positions (docs/dashboard.md says so).
         for n in cluster.nodes:
             setuser(n.client(), "ro", READ_ONLY_RULES + " +cluster|slots +command")
         url = cluster.url.replace("redis://", "redis://ro:ro-secret@")
