@@ -168,7 +168,7 @@ export declare class Limiter<C extends RedisClientLike = RedisClientLike> {
    * `[bucket, n, 'estimate']` lent with KEEP (an expired one stays charged),
    * `[bucket, n, 'slot']` lent (an expired one comes back).
    */
-  leaseMany(parts: Iterable<LeasePart>, options: Omit<LeaseOptions, 'block'>): Promise<Lease<MultiResult>>;
+  leaseMany(parts: Iterable<LeasePart>, options: LeaseOptions): Promise<Lease<MultiResult>>;
   /**
    * Runs `fn` holding `leaseMany`'s leases. Returned: slots released,
    * estimates settled to `lease.used` (released if unset). Threw a
@@ -177,7 +177,7 @@ export declare class Limiter<C extends RedisClientLike = RedisClientLike> {
    */
   withLeases<T>(
     parts: Iterable<LeasePart>,
-    options: Omit<WithLeaseOptions, 'block'>,
+    options: WithLeaseOptions,
     fn: (lease: Lease<MultiResult>) => Promise<T> | T,
   ): Promise<T>;
   /** Takes every part at once, waiting up to `timeoutMs`. */
@@ -272,9 +272,9 @@ export interface LeaseOptions {
   timeoutMs?: number;
   signal?: AbortSignal;
   /**
-   * Wait on the server (TB.CONSUME ... LEASE ttl BLOCK ms, module only) on a
-   * dedicated connection: first come first served, one call per grant.
-   * Polls on the Lua fallback.
+   * Wait on the server (TB.CONSUME or TB.MCONSUME ... LEASE ... BLOCK ms,
+   * module only) on a dedicated connection: first come first served, one
+   * call per grant. Polls on the Lua fallback.
    */
   block?: boolean;
 }

@@ -501,10 +501,12 @@ export class Limiter {
    * (taken, as consumeMany) or `[bucket, n, 'estimate' | 'slot']` (lent for
    * `ttlMs`: an estimate with KEEP, so an expired one stays charged; a slot
    * without, so an expired one comes back). Denials are tried again as
-   * {@link TokenBucket#lease} does. Returns the {@link Lease}; see
+   * {@link TokenBucket#lease} does, or, with `block: true`, waited for on
+   * the server (BLOCK with LEASE, first come first served, one call per
+   * grant; polled on the Lua fallback). Returns the {@link Lease}; see
    * {@link Limiter#withLeases} for the form that settles for you.
    */
-  async leaseMany(parts, { ttlMs, timeoutMs, signal } = {}) {
+  async leaseMany(parts, { ttlMs, timeoutMs, signal, block = false } = {}) {
     const items = [...parts].map(([bucket, n, kind]) => {
       if (kind !== undefined && kind !== 'estimate' && kind !== 'slot') {
         throw new RangeError(`a part's kind is 'estimate' or 'slot', not ${JSON.stringify(kind)}`);
@@ -520,12 +522,27 @@ export class Limiter {
       if (p.kind !== 'taken') args.push('LEASE', String(j + 1), String(ttl), ...(p.kind === 'estimate' ? ['KEEP'] : []));
     });
     const label = items.map((p) => describeKey(p.bucket.key)).join(',');
+    const deadline = timeoutMs === undefined ? null : Date.now() + waitArg(timeoutMs, 'timeoutMs');
+    const parse = (reply) => MultiResult.fromReply(reply, false, true);
+    const undo = (granted) => (granted.allowed ? new Lease(items, granted).giveBack() : null);
+    if (block && this.backend !== 'lua') {
+      const r = await blockLease(
+        this,
+        (conn, w) => this._run(conn, 'TB.MCONSUME', keys, [...args, 'BLOCK', String(w)]),
+        parse,
+        label,
+        deadline,
+        signal,
+        undo,
+      );
+      if (r) return new Lease(items, r);
+    }
     const r = await pollLease(
-      () => this._run(this._conn, 'TB.MCONSUME', keys, args).then((reply) => MultiResult.fromReply(reply, false, true)),
+      () => this._run(this._conn, 'TB.MCONSUME', keys, args).then(parse),
       label,
-      timeoutMs === undefined ? null : Date.now() + waitArg(timeoutMs, 'timeoutMs'),
+      deadline,
       signal,
-      (granted) => new Lease(items, granted).giveBack(),
+      undo,
     );
     return new Lease(items, r);
   }
@@ -763,7 +780,15 @@ export class TokenBucket {
     const lease = ['LEASE', String(leaseTtl(ttlMs)), ...(keep ? ['KEEP'] : [])];
     const deadline = timeoutMs === undefined ? null : Date.now() + waitArg(timeoutMs, 'timeoutMs');
     if (block && this.limiter.backend !== 'lua') {
-      const r = await this._leaseBlock(n, lease, deadline, signal);
+      const r = await blockLease(
+        this.limiter,
+        (conn, w) => this.limiter._run(conn, 'TB.CONSUME', [this.key], this._args(n, ...lease, 'BLOCK', String(w))),
+        (reply) => Result.fromReply(reply),
+        this.key,
+        deadline,
+        signal,
+        (g) => (g.leaseId ? this.release(g.leaseId) : null),
+      );
       if (r) return r;
     }
     const args = this._args(n, ...lease);
@@ -774,50 +799,6 @@ export class TokenBucket {
       signal,
       (r) => this.release(r.leaseId),
     );
-  }
-
-  /**
-   * Waits for a lease on the server, on a dedicated connection, until
-   * `deadline`; null when the server cannot (the Lua fallback, or a module
-   * without BLOCK with LEASE): the caller polls.
-   */
-  async _leaseBlock(n, lease, deadline, signal) {
-    const limiter = this.limiter;
-    let backoff = 10;
-    for (;;) {
-      signal?.throwIfAborted();
-      const left = deadline === null ? limiter.maxWaitMs : Math.max(0, deadline - Date.now());
-      const started = Date.now();
-      let asked = left;
-      const conn = await limiter._lease();
-      let broken = false;
-      const done = limiter
-        ._withWait(left, (w) =>
-          limiter._run(conn, 'TB.CONSUME', [this.key], this._args(n, ...lease, 'BLOCK', String(w))),
-        )
-        .then(
-          ({ reply, windowMs }) => {
-            asked = windowMs;
-            return Result.fromReply(reply);
-          },
-          (e) => {
-            broken = !(e instanceof CommandError);
-            if (limiter.backend === 'lua' || /LEASE cannot be combined/.test(String(e.message))) return null;
-            throw e;
-          },
-        )
-        .finally(() => limiter._release(conn, broken));
-      const r = await (signal ? abortable(done, signal, (g) => (g?.leaseId ? this.release(g.leaseId) : null)) : done);
-      if (r === null || r.allowed) return r;
-      if (r.never || (deadline !== null && Date.now() >= deadline)) throw new RateLimited(this.key, r);
-      if (Date.now() - started < 0.9 * asked) {
-        // Answered without waiting (the server's tb.max-blocked or memory
-        // bound): back off as polling does.
-        const rest = deadline === null ? Infinity : deadline - Date.now();
-        await pause(Math.max(1, Math.min(backoff, r.retryAfterMs, rest)), signal);
-        backoff = Math.min(backoff * 2, 500);
-      }
-    }
   }
 
   /**
@@ -879,6 +860,50 @@ function leaseTtl(ttlMs) {
  * {@link RateLimited}. A grant that arrives after `signal` aborted is given
  * back (`undo`) and the reason thrown.
  */
+/**
+ * Waits for a lease on the server (BLOCK with LEASE) on a dedicated
+ * connection of `limiter`, until `deadline`: `send(conn, waitMs)` runs the
+ * command, `parse` reads its reply, `undo(granted)` gives back a grant that
+ * arrived after `signal` aborted. Returns null when the server cannot wait
+ * for a lease (the Lua fallback, or a module without BLOCK with LEASE): the
+ * caller polls.
+ */
+async function blockLease(limiter, send, parse, label, deadline, signal, undo) {
+  let backoff = 10;
+  for (;;) {
+    signal?.throwIfAborted();
+    const left = deadline === null ? limiter.maxWaitMs : Math.max(0, deadline - Date.now());
+    const started = Date.now();
+    let asked = left;
+    const conn = await limiter._lease();
+    let broken = false;
+    const done = limiter
+      ._withWait(left, (w) => send(conn, w))
+      .then(
+        ({ reply, windowMs }) => {
+          asked = windowMs;
+          return parse(reply);
+        },
+        (e) => {
+          broken = !(e instanceof CommandError);
+          if (limiter.backend === 'lua' || /LEASE cannot be combined/.test(String(e.message))) return null;
+          throw e;
+        },
+      )
+      .finally(() => limiter._release(conn, broken));
+    const r = await (signal ? abortable(done, signal, (g) => (g ? undo(g) : null)) : done);
+    if (r === null || r.allowed) return r;
+    if (r.never || (deadline !== null && Date.now() >= deadline)) throw new RateLimited(label, r);
+    if (Date.now() - started < 0.9 * asked) {
+      // Answered without waiting (the server's tb.max-blocked or memory
+      // bound): back off as polling does.
+      const rest = deadline === null ? Infinity : deadline - Date.now();
+      await pause(Math.max(1, Math.min(backoff, r.retryAfterMs, rest)), signal);
+      backoff = Math.min(backoff * 2, 500);
+    }
+  }
+}
+
 async function pollLease(call, label, deadline, signal, undo) {
   let backoff = 10;
   for (;;) {

@@ -1,5 +1,5 @@
-// Waiting for a lease on the server (`lease(n, { block: true })`): one
-// TB.CONSUME per grant on the module, first come first served; polling on
+// Waiting for a lease on the server (`lease(n, { block: true })` and
+// `leaseMany(parts, { block: true })`): one call per grant on the module, first come first served; polling on
 // the Lua fallback, which cannot hold a reply.
 
 import assert from 'node:assert/strict';
@@ -69,6 +69,25 @@ for (const lib of LIBRARIES) {
         } else {
           assert.ok(calls >= 3, 'polled');
         }
+      });
+
+      test('leaseMany waits for all its parts in one call', async () => {
+        const rpm = limiter.bucket('{lw}:rpm', '600/m', 600);
+        const slot = limiter.bucket('{lw}:slot', 0, 1);
+        const first = await slot.lease(1, { ttlMs: 60000 });
+        assert.ok(first.allowed);
+        const before = await limiterCalls(admin);
+        const waiting = limiter.leaseMany([[rpm, 1], [slot, 1, 'slot']], { ttlMs: 60000, timeoutMs: 10000, block: true });
+        if (backend === 'module') {
+          assert.ok(await waitFor(async () => Number((await info(admin, 'tb')).tb_blocked_now) === 1), 'it waits');
+        }
+        await slot.release(first.leaseId);
+        const lease = await waiting;
+        assert.ok(lease.result.allowed);
+        const calls = (await limiterCalls(admin)) - before;
+        if (backend === 'module') assert.equal(calls, 1, 'one TB.MCONSUME for the wait and the grant');
+        await lease.done();
+        assert.equal((await slot.info())?.tokens ?? 1, 1, 'the slot came back');
       });
     });
   }
