@@ -335,6 +335,7 @@ fn role_changed(_ctx: &Context, role: ServerRole) {
             waker::stop(w.timer);
             hand_back(bc as Handle, Some(Answer::Unblocked));
         }
+        super::lease_wait::unblock_all(UNBLOCKED);
     })
 }
 
