@@ -258,3 +258,46 @@ fn replicaof_no_one_promotes_a_plain_replica() {
     let pong: String = redis::cmd("PING").query(&mut m.conn()).unwrap();
     assert_eq!(pong, "PONG");
 }
+
+/// A call waiting for a lease on a master that a cluster failover demotes
+/// gets `-UNBLOCKED` at once, on every server: never a reply made by a
+/// replica at its deadline (Valkey 9 keeps it blocked; the module answers).
+#[test]
+fn cluster_failover_unblocks_a_lease_waiter() {
+    let cl = Cluster::start();
+    let m = cl.masters()[0];
+    let r = cl.replica_of(m);
+    let key = shard_keys(&cl, m)[2].clone();
+    let mut c = cl.node_conn(m);
+    let held: Vec<i64> = redis::cmd("TB.CONSUME")
+        .arg(&key)
+        .arg(SLOW_RATE)
+        .arg(1)
+        .arg(1)
+        .arg("LEASE")
+        .arg(60_000)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(held[0], 1, "{held:?}");
+    let before = blocked_now(&mut c);
+    let mut w = cl.nodes[m].conn();
+    let waiter = thread::spawn(move || {
+        let t = Instant::now();
+        let r = redis::cmd("TB.CONSUME")
+            .arg(&key)
+            .arg(SLOW_RATE)
+            .arg(1)
+            .arg(1)
+            .arg("BLOCK")
+            .arg(15_000)
+            .arg("LEASE")
+            .arg(60_000)
+            .query::<Vec<i64>>(&mut w);
+        (r, t.elapsed())
+    });
+    cl.nodes[m].wait_for("the call to wait", Duration::from_secs(10), |c| {
+        blocked_now(c) == before + 1
+    });
+    cl.failover(r);
+    assert_unblocked(waiter.join().unwrap());
+}

@@ -329,11 +329,13 @@ fn role_changed(_ctx: &Context, role: ServerRole) {
             return;
         }
         let all: Vec<(usize, Waiter)> = WAITING.with(|all| all.borrow_mut().drain().collect());
-        stats::BLOCKED_NOW.store(0, Ordering::Relaxed);
+        let n = super::lease_wait::count();
+        stats::BLOCKED_NOW.store(n as i64, Ordering::Relaxed);
         for (bc, w) in all {
             waker::stop(w.timer);
             hand_back(bc as Handle, Some(Answer::Unblocked));
         }
+        super::lease_wait::unblock_all(UNBLOCKED);
     })
 }
 

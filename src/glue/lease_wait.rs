@@ -537,6 +537,18 @@ extern "C" fn timed_out(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     })
 }
 
+/// The server turned replica: every waiting call is answered `msg` now, so
+/// no replica ever grants one (Valkey 9 leaves them blocked across a
+/// cluster failover; the other servers answer them `-UNBLOCKED` first).
+pub fn unblock_all(msg: &str) {
+    let ids: Vec<WaiterId> = STATE.with(|s| s.borrow().waiters.keys().copied().collect());
+    for id in ids {
+        if let Some((w, _, _)) = take(id, false) {
+            hand_back(w.bc, Some(Reply::Error(msg.to_string())));
+        }
+    }
+}
+
 /// The client left while waiting (disconnected, killed, or unblocked with
 /// an error, as on a failover): it leaves the queue and holds nothing.
 extern "C" fn disconnected(_ctx: *mut raw::RedisModuleCtx, bc: Handle) {
