@@ -364,7 +364,15 @@ end
 -- Nano-tokens from the level (w, f) up to `level` whole tokens (level > it).
 local function nanos_to(w, f, level)
   local whole
-  if w < 0 then whole = bn_add(bn(level), bn(-w)) else whole = bn(level - w) end
+  if w >= 0 then
+    whole = bn(level - w)
+  elseif level >= 0 then
+    whole = bn_add(bn(level), bn(-w))
+  else
+    -- A level below 0 (a wait that counts leases coming back) above a
+    -- deeper debt: bignums hold no sign, so subtract the magnitudes.
+    whole = bn_sub(bn(-w), bn(-level))
+  end
   return bn_sub(bn_mul(whole, BN_NANOS), bn(f))
 end
 

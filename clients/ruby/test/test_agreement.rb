@@ -88,6 +88,13 @@ class AgreementTest < Minitest::Test
     [0, "m", %w[TB.MCONSUME 3 {v}r {v}t {v}i 60/m 60 1 1000/m 1000 300 0 1 1 LEASE 2 30000 LEASE 3 30000]],
     [0, nil, %w[TB.MCONSUME 3 {v}r {v}t {v}i 60/m 60 1 1000/m 1000 300 0 1 1 LEASE 3 30000]],
     [31 * SEC, nil, %w[TB.MCONSUME 2 {v}t {v}i 1000/m 1000 1 0 1 1 LEASE 2 100]],
+    # A debt deeper than the leases out: the wait for a peek counts a lease
+    # coming back to a level still below 0 (seed 110455538 found it).
+    [0, nil, %w[TB.CONSUME d 0.5 2 2 LEASE 5000]],
+    [2 * SEC, nil, %w[TB.CONSUME d 0.5 2 1 LEASE 5000]],
+    [37_000, nil, %w[TB.CONSUME d 0.5 2 2 RESERVE 5000]],
+    [1000, nil, %w[TB.CONSUME d 0.5 2 0 RESERVE 500]],
+    [0, nil, %w[TB.CONSUME d 0.5 2 1]],
     [0, nil, %w[TB.CONSUME e abc 1 1]],
     [0, nil, %w[TB.CONSUME e 1 -1 1]],
     [0, nil, %w[TB.CONSUME e 1 1 1 LEASE 0]],
