@@ -5,6 +5,7 @@
 //!   encodings and argument parsing, no Redis types, unit-tested with an
 //!   injected clock; [`cell`]: `CL.THROTTLE`'s redis-cell reply;
 //! - [`topkeys`]: the heavy-hitter sketch behind `TB.TOP`, pure as well;
+//! - [`fair`]: the weighted fair share among flows waiting on a bucket, pure;
 //! - `glue`: everything that touches the Redis module API (entry points, key
 //!   access, replication, the data type, configs, statistics);
 //! - `commands`: one file per command, each the whole path of that command;
@@ -14,6 +15,7 @@
 pub mod bucket;
 pub mod cell;
 pub mod codec;
+pub mod fair;
 pub mod lease;
 pub mod parse;
 pub mod settings;
