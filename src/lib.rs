@@ -5,7 +5,9 @@
 //!   encodings and argument parsing, no Redis types, unit-tested with an
 //!   injected clock; [`cell`]: `CL.THROTTLE`'s redis-cell reply;
 //! - [`topkeys`]: the heavy-hitter sketch behind `TB.TOP`, pure as well;
-//! - [`fair`]: the weighted fair share among flows waiting on a bucket, pure;
+//! - [`waitq`]: the first-come-first-served queue of calls waiting for
+//!   leases, pure; [`fair`]: a weighted fair share among flows waiting on a
+//!   bucket, pure (not used by a command yet);
 //! - `glue`: everything that touches the Redis module API (entry points, key
 //!   access, replication, the data type, configs, statistics);
 //! - `commands`: one file per command, each the whole path of that command;
