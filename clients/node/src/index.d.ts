@@ -221,7 +221,7 @@ export declare class TokenBucket {
     options: WithLeaseOptions & { keep?: boolean },
     fn: (lease: Lease<Result>) => Promise<T> | T,
   ): Promise<T>;
-  /** TB.RELEASE: the tokens given back, or null when the lease is not held. */
+  /** TB.RELEASE: the whole tokens that went back (after the cap at capacity), or null when the lease is not held. */
   release(leaseId: Amount): Promise<number | null>;
   /** TB.RELEASE ... USED: settles a lease once; negative when an overrun was charged; null if not held. */
   settle(leaseId: Amount, used: Amount): Promise<number | null>;

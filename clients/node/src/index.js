@@ -818,8 +818,9 @@ export class TokenBucket {
 
   /**
    * TB.RELEASE: gives a lease's tokens back (never above capacity). Returns
-   * how many, or null when the lease is not held (released already,
-   * expired): a retried release does nothing.
+   * the whole tokens that went back (0 when the bucket was full already), or
+   * null when the lease is not held (released already, expired): a retried
+   * release does nothing.
    */
   async release(leaseId) {
     const reply = await this.limiter._run(this.limiter._conn, 'TB.RELEASE', [this.key], [amountArg(leaseId, 'leaseId')]);
@@ -829,7 +830,8 @@ export class TokenBucket {
   /**
    * TB.RELEASE ... USED: settles a lease to the `used` tokens: the rest
    * comes back, an overrun is charged (into debt: later callers wait).
-   * Returns the tokens given back (negative: charged), or null when the
+   * Returns the whole tokens that went back after the cap at capacity
+   * (negative: the overrun charged), or null when the
    * lease was settled or released already, or expired: a retried settle
    * never applies twice.
    */

@@ -380,15 +380,17 @@ class TokenBucket(BucketSpec):
 
     def release(self, lease_id: int) -> int | None:
         """TB.RELEASE: gives a lease's tokens back (never above capacity).
-        Returns how many, or None when the lease is not held (released
-        already, expired): a retried release does nothing."""
+        Returns the whole tokens that went back (0 when the bucket was full
+        already), or None when the lease is not held (released already,
+        expired): a retried release does nothing."""
         lim = self.limiter
         return lim._run(_core.release(lim._server, self, lease_id, None))
 
     def settle(self, lease_id: int, used: int) -> int | None:
         """TB.RELEASE ... USED: settles a lease to the ``used`` tokens: the
         rest comes back, an overrun is charged (into debt: later callers
-        wait). Returns the tokens given back (negative: charged), or None
+        wait). Returns the whole tokens that went back after the cap at
+        capacity (negative: the overrun charged), or None
         when the lease was settled or released already, or expired: a
         retried settle never applies twice."""
         lim = self.limiter
