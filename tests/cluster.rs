@@ -88,15 +88,7 @@ fn command_docs_describe_every_command() {
         (
             "tb.consume",
             -4,
-            &[
-                "key",
-                "rate",
-                "capacity",
-                "n",
-                "wait",
-                "atmost",
-                "lease-ttl-ms",
-            ],
+            &["key", "rate", "capacity", "n", "wait", "atmost", "lease"],
         ),
         (
             "tb.mconsume",
