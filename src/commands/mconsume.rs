@@ -116,16 +116,7 @@ fn take(
     let keys = (0..a.requests.len())
         .map(|i| ctx.open_bucket(args.key(2 + i)))
         .collect::<Result<Vec<BucketKey<Write>>, _>>()?;
-    let parts: Vec<Part> = a
-        .requests
-        .iter()
-        .zip(&keys)
-        .map(|(r, key)| Part {
-            stored: key.stored_at(now),
-            limits: r.limits,
-            n: r.n,
-        })
-        .collect();
+    let parts = parts_of(&a.requests, &keys, now);
     let leased = &a.leases;
     for (l, key) in leased.iter().zip(&keys) {
         if l.is_some() && !key.leases().has_room() {
@@ -210,16 +201,7 @@ fn lease_try(ctx: &Ctx, args: &Args, dry: bool) -> Result<lease_wait::Try, CmdEr
     let keys = (0..a.requests.len())
         .map(|i| ctx.read_bucket(args.key(2 + i)))
         .collect::<Result<Vec<BucketKey<Read>>, _>>()?;
-    let parts: Vec<Part> = a
-        .requests
-        .iter()
-        .zip(&keys)
-        .map(|(r, key)| Part {
-            stored: key.stored_at(now),
-            limits: r.limits,
-            n: r.n,
-        })
-        .collect();
+    let parts = parts_of(&a.requests, &keys, now);
     let o = bucket::consume_all(&parts, Mode::All, now);
     let retry = if o.allowed {
         0
@@ -266,4 +248,17 @@ fn wait_with_leases<M>(
         }
     }
     bucket::ceil_ms(wait)
+}
+
+/// Each key's stored bucket with the limits and `n` the call asks of it.
+fn parts_of<M>(requests: &[parse::Request], keys: &[BucketKey<M>], now: i64) -> Vec<Part> {
+    requests
+        .iter()
+        .zip(keys)
+        .map(|(r, key)| Part {
+            stored: key.stored_at(now),
+            limits: r.limits,
+            n: r.n,
+        })
+        .collect()
 }
