@@ -141,6 +141,19 @@ module BackendTests
     assert_equal 1, inflight.info.tokens.to_i, "the slot stays held (the call may still run)"
   end
 
+  def test_a_vanished_holder_keeps_the_estimate_and_frees_the_slot_at_the_ttl
+    tpm = @lim.bucket("{v}:tpm", rate: "1/d", capacity: 1000)
+    inflight = @lim.bucket("{v}:inflight", rate: 0, capacity: 2)
+    # Never finished: as a worker killed mid-call leaves it.
+    @lim.lease_many([[tpm, 300], [inflight, 1]], ttl: { 0 => 0.2, 1 => 0.2 })
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+    until (inflight.info&.tokens || 2).to_i == 2
+      flunk "the slot never came back" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      sleep 0.02
+    end
+    assert_equal 700, tpm.info.tokens.floor, "the estimate (leased with KEEP) stays charged"
+  end
+
   def test_not_sent_gives_everything_back
     rpm = @lim.bucket("{c}:rpm", rate: "1/d", capacity: 5)
     tpm = @lim.bucket("{c}:tpm", rate: "1/d", capacity: 1000)

@@ -4,14 +4,6 @@ module TbLimiter
   # The command of each operation, spelled once (Protocol::Call: the module
   # form and the Lua fallback's).
   module Calls
-    # Whether the server's LEASE takes KEEP (an expired lease's tokens stay
-    # used: right for a token estimate that was probably spent). The
-    # protocol contract adds it (issue 18 item 1); until the module and
-    # tb.lua of this checkout accept it, estimates are still kept charged
-    # when a body raises (settled at the estimate), but a lease whose
-    # process died gives its estimate back at the TTL.
-    LEASE_KEEP = false
-
     module_function
 
     def limits(bucket) = [bucket.rate, bucket.capacity.to_s]
@@ -53,7 +45,7 @@ module TbLimiter
     end
 
     def lease_args(ttl_ms, keep = false)
-      ["LEASE", ttl_ms.to_s, *("KEEP" if keep && LEASE_KEEP)]
+      ["LEASE", ttl_ms.to_s, *("KEEP" if keep)]
     end
 
     # ATMOST [MIN chunk], or nothing; a chunk needs atmost.
