@@ -113,7 +113,8 @@ for (const user of USERS) {
           throw new Error(`${what} as ${name}: ${e.message}`, { cause: e });
         }
       };
-      const b = limiter.bucket(key('api'), '100', 10);
+      // A slow refill: a full bucket's key expires, and info() must find it.
+      const b = limiter.bucket(key('api'), '1/m', 10);
       await step('consume', async () => assert.ok((await b.consume()).allowed));
       await step('reserve', async () => assert.ok((await b.reserve(1, { maxWaitMs: 1000 })).allowed));
       await step('acquire', async () => assert.ok((await b.acquire(1, { timeoutMs: 1000 })).allowed));

@@ -82,7 +82,8 @@ def test_each_documented_user_runs_each_recipe(
     client = redis.Redis(host="127.0.0.1", port=server.port, username=name, password=password)
     lim = Limiter(client)
     try:
-        b = lim.bucket("rl:alice", 10, 5)
+        # A slow refill: a full bucket's key expires, and info() must find it.
+        b = lim.bucket("rl:alice", "1/m", 5)
         assert b.consume().allowed
         assert b.acquire(timeout=1).allowed
         assert b.refund(1) is not None
