@@ -2,7 +2,8 @@
 //!
 //! Layout:
 //! - [`bucket`], [`codec`] and [`parse`]: pure arithmetic, the state's
-//!   encodings and argument parsing, no Redis types, unit-tested with an
+//!   encodings and argument parsing ([`errors`]: every error line they and
+//!   the handlers answer), no Redis types, unit-tested with an
 //!   injected clock; [`cell`]: `CL.THROTTLE`'s redis-cell reply;
 //! - [`topkeys`]: the heavy-hitter sketch behind `TB.TOP`, pure as well;
 //! - [`waitq`]: the first-come-first-served queue of calls waiting for
@@ -17,6 +18,7 @@
 pub mod bucket;
 pub mod cell;
 pub mod codec;
+pub mod errors;
 pub mod fair;
 pub mod lease;
 pub mod parse;

@@ -6,6 +6,7 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
+use crate::errors;
 use crate::parse::{self, MAX_WAIT_MS};
 
 /// What values a setting takes. Every setting's value is an integer from 0 to
@@ -97,12 +98,8 @@ impl Setting {
 }
 
 /// `expire-idle`: a bucket's key expires when the bucket is full again.
-pub static EXPIRE_IDLE: Setting = Setting::new(
-    "expire-idle",
-    Kind::Bool,
-    1,
-    "ERR expire-idle must be yes or no",
-);
+pub static EXPIRE_IDLE: Setting =
+    Setting::new("expire-idle", Kind::Bool, 1, errors::ERR_EXPIRE_IDLE);
 
 /// `max-wait-ms`: the longest RESERVE or BLOCK wait accepted (default one
 /// minute).
@@ -110,21 +107,25 @@ pub static MAX_WAIT: Setting = Setting::new(
     "max-wait-ms",
     Kind::Int { max: MAX_WAIT_MS },
     60_000,
-    "ERR max-wait-ms must be an integer from 0 to 86400000",
+    errors::ERR_MAX_WAIT,
 );
+
+/// The largest `max-blocked` setting accepted.
+pub const MAX_BLOCKED_LIMIT: u64 = 1_000_000;
 
 /// `max-blocked`: clients blocked by BLOCK at most; past it, BLOCK requests
 /// are answered at once, as RESERVE would answer them.
 pub static MAX_BLOCKED: Setting = Setting::new(
     "max-blocked",
-    Kind::Int { max: 1_000_000 },
+    Kind::Int {
+        max: MAX_BLOCKED_LIMIT,
+    },
     10_000,
-    "ERR max-blocked must be an integer from 0 to 1000000",
+    errors::ERR_MAX_BLOCKED,
 );
 
 /// `top-keys`: whether denials and reservations feed the `TB.TOP` sketches.
-pub static TOP_KEYS: Setting =
-    Setting::new("top-keys", Kind::Bool, 1, "ERR top-keys must be yes or no");
+pub static TOP_KEYS: Setting = Setting::new("top-keys", Kind::Bool, 1, errors::ERR_TOP_KEYS);
 
 /// Every setting, in the order `TB.CONFIG GET *` and `INFO tb` list them.
 pub static ALL: [&Setting; 4] = [&EXPIRE_IDLE, &MAX_WAIT, &MAX_BLOCKED, &TOP_KEYS];

@@ -12,6 +12,7 @@
 //! and with `LEASE` a sixth element, the lease id (0 when denied).
 
 use crate::bucket::{self, Kind, Mode};
+use crate::errors::{self, ERR_CANNOT_BLOCK};
 use crate::glue::command::{block, integer, key, one_of, pure_token, string, Access, Arity};
 use crate::glue::command::{Arg, Command, Keys, Spec};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
@@ -65,9 +66,6 @@ pub const ATMOST_ARGS: &[Arg] = &[
     integer(c"chunk").token(c"MIN").optional(),
 ];
 
-pub(crate) const ERR_CANNOT_BLOCK: &str =
-    "ERR BLOCK cannot wait inside MULTI, a script, or on a client that cannot block: use RESERVE and wait on the client";
-
 fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let a = parse::consume_args(args)?;
     let opts = a.options;
@@ -119,7 +117,7 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
 fn check_wait(ms: u64) -> Result<(), CmdError> {
     let max = config::max_wait_ms();
     if ms > max {
-        return Err(CmdError::Owned(parse::err_wait_exceeds(max)));
+        return Err(CmdError::Owned(errors::wait_exceeds(max)));
     }
     Ok(())
 }
@@ -146,7 +144,7 @@ fn take(
     let key = ctx.open_bucket(args.key(1))?;
     let stored = key.stored_at(now);
     if a.lease_ttl_ms.is_some() && !key.leases().has_room() {
-        return Err(parse::ERR_LEASE_FULL.into());
+        return Err(errors::ERR_LEASE_FULL.into());
     }
     let mut o = bucket::consume(stored.as_ref(), a.limits, opts.n, mode, now);
     let mut lease_id = 0;

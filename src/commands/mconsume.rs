@@ -24,8 +24,9 @@
 //! the lease id of every part after the remaining tokens (0 for a part
 //! without a lease, or when denied).
 
-use super::consume::{ATMOST_ARGS, ERR_CANNOT_BLOCK};
+use super::consume::ATMOST_ARGS;
 use crate::bucket::{self, Kind, Mode, Part};
+use crate::errors::{self, ERR_CANNOT_BLOCK};
 use crate::glue::command::{
     block, integer, key, one_of, pure_token, string, Access, Arity, Command, Keys, Spec,
 };
@@ -83,7 +84,7 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let max = config::max_wait_ms();
     if let Some(ms) = a.block_ms {
         if ms > max {
-            return Err(CmdError::Owned(parse::err_wait_exceeds(max)));
+            return Err(CmdError::Owned(errors::wait_exceeds(max)));
         }
         if !blocking::can_block(ctx) {
             return Err(ERR_CANNOT_BLOCK.into());
@@ -107,7 +108,7 @@ fn take(
     let mode = match (a.reserve_ms, a.atmost) {
         (None, Some(min)) => Mode::AtMost { min },
         (None, None) => Mode::All,
-        (Some(ms), _) if ms > max => return Err(CmdError::Owned(parse::err_wait_exceeds(max))),
+        (Some(ms), _) if ms > max => return Err(CmdError::Owned(errors::wait_exceeds(max))),
         (Some(ms), _) => Mode::Reserve {
             max_wait_us: ms * 1000,
         },
@@ -120,7 +121,7 @@ fn take(
     let leased = &a.leases;
     for (l, key) in leased.iter().zip(&keys) {
         if l.is_some() && !key.leases().has_room() {
-            return Err(parse::ERR_LEASE_FULL.into());
+            return Err(errors::ERR_LEASE_FULL.into());
         }
     }
     // A lease is never reserved: a leased part short now denies the call.

@@ -18,6 +18,7 @@ use std::ptr::{self, NonNull};
 use redis_module::{raw, Context};
 
 use super::entry::{Args, CmdError, CmdResult, Ctx};
+use crate::errors::{self, ERR_PANIC_MAY_HAVE_EFFECTS, ERR_PANIC_NO_EFFECT};
 use crate::parse;
 
 /// A command's handler.
@@ -150,18 +151,12 @@ extern "C" fn entry<C: Command>(
     dispatch(ctx, argv, argc, C::SPEC)
 }
 
-/// The reply to a panic that came before the call changed anything.
-const PANIC_NO_EFFECT: &str = "ERR tb: internal error; the command had no effect";
-/// The reply to a panic that came after the call began to write.
-const PANIC_MAY_HAVE_EFFECTS: &str =
-    "ERR tb: internal error; the command may have had effects (check the key)";
-
 /// The reply to a handler that panicked.
 fn panic_reply(may_have_effects: bool) -> &'static str {
     if may_have_effects {
-        PANIC_MAY_HAVE_EFFECTS
+        ERR_PANIC_MAY_HAVE_EFFECTS
     } else {
-        PANIC_NO_EFFECT
+        ERR_PANIC_NO_EFFECT
     }
 }
 
@@ -197,9 +192,7 @@ fn dispatch(
         Ok(Err(CmdError::Msg(m))) => r.error(m),
         Ok(Err(CmdError::Owned(m))) => r.error(&m),
         Ok(Err(CmdError::WrongArity)) => r.wrong_arity(),
-        Ok(Err(CmdError::WrongType)) => {
-            r.error("WRONGTYPE Operation against a key holding the wrong kind of value")
-        }
+        Ok(Err(CmdError::WrongType)) => r.error(errors::ERR_WRONGTYPE),
         Err(_) => r.error(panic_reply(ctx.may_have_effects())),
     }
     raw::Status::Ok as c_int
@@ -542,7 +535,7 @@ mod tests {
 
     #[test]
     fn a_panic_after_a_write_is_not_reported_as_harmless() {
-        assert_eq!(panic_reply(false), PANIC_NO_EFFECT);
+        assert_eq!(panic_reply(false), ERR_PANIC_NO_EFFECT);
         assert!(panic_reply(false).contains("had no effect"));
         assert!(panic_reply(true).contains("may have had effects"));
     }
