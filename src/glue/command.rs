@@ -133,6 +133,11 @@ pub struct Registration {
 }
 
 impl Registration {
+    /// The command's spec.
+    pub fn spec(&self) -> &'static Spec {
+        self.spec
+    }
+
     /// The registration of command `C`.
     pub const fn of<C: Command>() -> Registration {
         Registration {
@@ -232,7 +237,7 @@ pub fn register_all(ctx: &Context, all: &[Registration]) -> Result<(), String> {
 }
 
 fn register(ctx: &Context, r: &Registration) -> Result<(), String> {
-    let s = r.spec;
+    let s = r.spec();
     let flags = s.flags.to_string_lossy();
     let (first, last, step) = match s.keys {
         Keys::None => (0, 0, 0),
@@ -369,17 +374,19 @@ fn key_specs(keys: Keys) -> [raw::RedisModuleCommandKeySpec; 2] {
     specs
 }
 
-/// One argument as `COMMAND DOCS` describes it.
+/// One argument as `COMMAND DOCS` describes it (the catalogue reads it too).
 pub struct Arg {
-    name: &'static CStr,
-    kind: raw::RedisModuleCommandArgType,
+    /// Name, as `COMMAND DOCS` shows it.
+    pub(crate) name: &'static CStr,
+    /// `REDISMODULE_ARG_TYPE_*`.
+    pub(crate) kind: raw::RedisModuleCommandArgType,
     /// The keyword in front of the value (`RESERVE ms`), or the whole
     /// argument for a pure token.
-    token: Option<&'static CStr>,
+    pub(crate) token: Option<&'static CStr>,
     /// `REDISMODULE_CMD_ARG_*` flags.
-    flags: u32,
+    pub(crate) flags: u32,
     /// Sub-arguments of a `ONEOF` or `BLOCK`.
-    sub: &'static [Arg],
+    pub(crate) sub: &'static [Arg],
 }
 
 /// An argument of type `kind`.
