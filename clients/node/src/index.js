@@ -14,13 +14,14 @@ import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 
+import { DEFAULT_MAX_WAIT_MS, MAX_AMOUNT, MAX_LEASE_ID, MAX_WAIT_MS as MAX_WAIT_ARG_MS } from './catalogue.js';
 import { connect } from './connection.js';
 
 /** Source of the Lua fallback (`tb.lua` in this package). */
 export const SCRIPT = readFileSync(new URL('./tb.lua', import.meta.url), 'utf8');
 
 /** Largest lease id (the module's and the Lua fallback's: 2^53 - 1). */
-const LUA_MAX_LEASE_ID = 2n ** 53n - 1n;
+const LUA_MAX_LEASE_ID = BigInt(MAX_LEASE_ID);
 
 /**
  * ARGV for the Lua fallback: the command name, then its arguments; before
@@ -39,10 +40,7 @@ function scriptTail(name, args) {
 /** SHA1 of {@link SCRIPT}, as EVALSHA takes it. */
 export const SCRIPT_SHA1 = createHash('sha1').update(SCRIPT).digest('hex');
 /** The longest wait the module accepts by default (`tb.max-wait-ms`). */
-export const DEFAULT_MAX_WAIT_MS = 60_000;
-
-const MAX_AMOUNT = 2 ** 53;
-const MAX_WAIT_ARG_MS = 86_400_000;
+export { DEFAULT_MAX_WAIT_MS };
 
 // ---------------------------------------------------------------------------
 // Errors

@@ -10,14 +10,13 @@ import secrets
 from dataclasses import dataclass
 from importlib import resources
 
+from ._catalogue import DEFAULT_MAX_WAIT_MS as DEFAULT_MAX_WAIT_MS
+from ._catalogue import MAX_LEASE_ID
+
 #: Source of the Lua fallback (``tb.lua`` in this package).
 SCRIPT: str = resources.files(__package__).joinpath("tb.lua").read_text(encoding="utf-8")
 #: Its SHA-1, as ``EVALSHA`` takes it.
 SCRIPT_SHA: str = hashlib.sha1(SCRIPT.encode()).hexdigest()
-
-#: The longest wait the module accepts by default (``tb.max-wait-ms``), and
-#: the one the Lua fallback always accepts.
-DEFAULT_MAX_WAIT_MS = 60_000
 
 _MAX_WAIT = re.compile(r"wait exceeds tb\.max-wait-ms(?: \((\d+)\))?")
 
@@ -65,7 +64,7 @@ class Call:
 
 
 #: Largest lease id (the module's and the Lua fallback's: 2^53 - 1).
-LUA_MAX_LEASE_ID = 2**53 - 1
+LUA_MAX_LEASE_ID = MAX_LEASE_ID
 
 
 def is_unknown_command(error: BaseException) -> bool:

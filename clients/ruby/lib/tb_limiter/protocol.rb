@@ -14,10 +14,10 @@ module TbLimiter
     SCRIPT_SHA = Digest::SHA1.hexdigest(SCRIPT).freeze
     # The longest wait the module accepts by default (tb.max-wait-ms), and
     # the one the Lua fallback always accepts.
-    DEFAULT_MAX_WAIT_MS = 60_000
+    DEFAULT_MAX_WAIT_MS = Catalogue::DEFAULT_MAX_WAIT_MS
     MAX_WAIT = /wait exceeds tb\.max-wait-ms(?: \((\d+)\))?/.freeze
     # Largest lease id (the module's and the Lua fallback's: 2^53 - 1).
-    LUA_MAX_LEASE_ID = 2**53 - 1
+    LUA_MAX_LEASE_ID = Catalogue::MAX_LEASE_ID
 
     # One command: its name, its keys and its other arguments, in the order
     # the module takes them.
