@@ -30,6 +30,7 @@ const LIMITS: &[(&str, u64)] = &[
     ("MAX_TTL_MS", lease::MAX_TTL_MS),
     ("MAX_LEASE_ID", lease::MAX_ID),
     ("MAX_WEIGHT", fair::MAX_WEIGHT),
+    ("MAX_FLOW_NAME", parse::MAX_FLOW_NAME as u64),
     ("TOP_CAPACITY", topkeys::TOP_CAPACITY as u64),
     ("MAX_BLOCKED_LIMIT", settings::MAX_BLOCKED_LIMIT),
 ];

@@ -9,8 +9,9 @@
 use const_format::concatcp;
 
 use crate::bucket::MAX_AMOUNT;
+use crate::fair::MAX_WEIGHT;
 use crate::lease::{MAX_LEASES, MAX_TTL_MS};
-use crate::parse::{MAX_KEYS, MAX_WAIT_MS};
+use crate::parse::{MAX_FLOW_NAME, MAX_KEYS, MAX_WAIT_MS};
 use crate::settings::MAX_BLOCKED_LIMIT;
 use crate::topkeys::TOP_CAPACITY;
 
@@ -78,8 +79,17 @@ errors! {
     ERR_DUPLICATE = "ERR a key appears twice in TB.MCONSUME";
     /// An unknown option.
     ERR_MCONSUME_OPTION = "ERR unknown option: TB.MCONSUME takes RESERVE ms, or ATMOST [MIN chunk], and LEASE part ttl-ms";
-    /// BLOCK without a lease, or with RESERVE or ATMOST.
-    ERR_MCONSUME_BLOCK = "ERR BLOCK in TB.MCONSUME waits for leases: it needs LEASE and cannot be combined with RESERVE or ATMOST";
+    /// BLOCK with RESERVE or ATMOST.
+    ERR_MCONSUME_BLOCK = "ERR BLOCK cannot be combined with RESERVE or ATMOST";
+
+    // ---- FLOW and WEIGHT (both consume commands) ------------------------------
+    /// FLOW without BLOCK.
+    ERR_FLOW_BLOCK = "ERR FLOW needs BLOCK";
+    /// A flow name that is empty or too long (it names `parse::MAX_FLOW_NAME`).
+    ERR_FLOW_NAME = concatcp!("ERR FLOW takes a name of 1 to ", MAX_FLOW_NAME, " bytes");
+    /// A bad weight, or WEIGHT not right after `FLOW name` (it names
+    /// `fair::MAX_WEIGHT`).
+    ERR_WEIGHT = concatcp!("ERR WEIGHT takes an integer from 1 to ", MAX_WEIGHT, ", after FLOW name");
 
     // ---- Leases and TB.RELEASE -----------------------------------------------
     /// A bad LEASE TTL (it names `lease::MAX_TTL_MS`).

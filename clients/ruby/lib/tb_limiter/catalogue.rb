@@ -12,6 +12,7 @@ module TbLimiter
     MAX_TTL_MS = 86400000
     MAX_LEASE_ID = 9007199254740991
     MAX_WEIGHT = 1000000
+    MAX_FLOW_NAME = 128
     TOP_CAPACITY = 256
     MAX_BLOCKED_LIMIT = 1000000
     DEFAULT_EXPIRE_IDLE = 1
@@ -32,7 +33,10 @@ module TbLimiter
     ERR_NUMKEYS = "ERR numkeys must be an integer from 1 to 16 and match the arguments"
     ERR_DUPLICATE = "ERR a key appears twice in TB.MCONSUME"
     ERR_MCONSUME_OPTION = "ERR unknown option: TB.MCONSUME takes RESERVE ms, or ATMOST [MIN chunk], and LEASE part ttl-ms"
-    ERR_MCONSUME_BLOCK = "ERR BLOCK in TB.MCONSUME waits for leases: it needs LEASE and cannot be combined with RESERVE or ATMOST"
+    ERR_MCONSUME_BLOCK = "ERR BLOCK cannot be combined with RESERVE or ATMOST"
+    ERR_FLOW_BLOCK = "ERR FLOW needs BLOCK"
+    ERR_FLOW_NAME = "ERR FLOW takes a name of 1 to 128 bytes"
+    ERR_WEIGHT = "ERR WEIGHT takes an integer from 1 to 1000000, after FLOW name"
     ERR_LEASE_TTL = "ERR LEASE takes a TTL in milliseconds, an integer from 1 to 86400000"
     ERR_LEASE_TWICE = "ERR LEASE given twice"
     ERR_LEASE_MODE = "ERR LEASE cannot be combined with RESERVE or ATMOST"
