@@ -1,7 +1,8 @@
 //! The protocol catalogue, `protocol/catalogue.json`: every command (name,
 //! arity, flags, key spec, ACL categories, summary, arguments and syntax, as
 //! the command specs in `commands/` declare them), every error line
-//! ([`crate::errors`]), every limit and every setting, read from the Rust
+//! ([`crate::errors`], and apart, when each is answered: its doc comment),
+//! every limit and every setting, read from the Rust
 //! that decides them. `tools/catalogue.py` generates from it the Lua
 //! fallback's constants, the clients' limits and error texts, the syntax
 //! lines of `docs/commands/` and the agreement suites' lists.
@@ -175,6 +176,13 @@ pub fn render() -> String {
         .iter()
         .map(|e| (e.name.to_owned(), Value::from(e.text)))
         .collect();
+    let error_docs: Map<_, _> = errors::ALL
+        .iter()
+        .map(|e| {
+            let doc = e.doc.split_whitespace().collect::<Vec<_>>().join(" ");
+            (e.name.to_owned(), Value::from(doc))
+        })
+        .collect();
     let limits: Map<_, _> = LIMITS
         .iter()
         .map(|&(n, v)| (n.to_owned(), Value::from(v)))
@@ -194,6 +202,7 @@ pub fn render() -> String {
         "generated": "by make catalogue from the Rust source (src/catalogue.rs); do not edit",
         "commands": commands,
         "errors": errors,
+        "error_docs": error_docs,
         "limits": limits,
         "settings": settings,
     });

@@ -43,132 +43,138 @@ pub struct Error {
 
 errors! {
     // ---- Numbers and rates (every command) --------------------------------
-    /// An unparsable rate.
+    /// An unparsable rate: negative, NaN, infinite, signs, spaces, non-UTF-8
+    /// bytes.
     ERR_RATE = "ERR rate must be a non-negative decimal (10, 0.5, 1e-3) or N/s, N/m, N/h, N/d";
-    /// A rate outside the supported range or precision (about 1/2^40 to
-    /// 2^53 tokens per second: `bucket::MAX_RATE_DEN`, `MAX_RATE_NUM`).
+    /// A rate above 9e15/s (`bucket::MAX_RATE_NUM`), below about 1e-12/s
+    /// (`bucket::MAX_RATE_DEN`), or an exponent out of range.
     ERR_RATE_RANGE = "ERR rate out of range or too precise: supported from about 1e-12 to 9e15 tokens per second";
-    /// An unparsable capacity.
+    /// A bad capacity.
     ERR_CAPACITY = concatcp!("ERR capacity must be an integer from 0 to ", MAX_AMOUNT);
-    /// An unparsable token count.
+    /// A bad `n`.
     ERR_N = concatcp!("ERR n must be an integer from 0 to ", MAX_AMOUNT);
 
     // ---- TB.CONSUME's options ----------------------------------------------
-    /// A bad RESERVE or BLOCK wait.
+    /// A bad `RESERVE` or `BLOCK` wait.
     ERR_WAIT = concatcp!("ERR RESERVE and BLOCK take a wait in milliseconds, an integer from 0 to ", MAX_WAIT_MS);
-    /// A RESERVE or BLOCK wait above the `max-wait-ms` setting, whose
-    /// current value fills the `{}` ([`wait_exceeds`]).
+    /// A wait above the `max-wait-ms` setting, whose current value fills the
+    /// `{}` (`wait_exceeds`).
     ERR_WAIT_EXCEEDS = "ERR wait exceeds tb.max-wait-ms ({})";
-    /// An unknown or repeated option.
+    /// An unknown or repeated option of `TB.CONSUME`.
     ERR_OPTION = "ERR unknown or repeated option: after n, use RESERVE ms, BLOCK ms or ATMOST";
-    /// A bad `MIN chunk`: not an integer, 0, or above the capacity (of any
-    /// quantity part, in TB.MCONSUME).
+    /// `MIN` with a chunk that is not an integer, 0, or above the capacity
+    /// (in `TB.MCONSUME`, of any part asking for the largest `n`).
     ERR_MIN = "ERR MIN takes a chunk, an integer from 1 to capacity";
     /// `MIN` without `ATMOST`.
     ERR_MIN_ATMOST = "ERR MIN needs ATMOST";
-    /// ATMOST combined with waiting.
+    /// `ATMOST` with `RESERVE` or `BLOCK`.
     ERR_ATMOST_WAIT = "ERR ATMOST cannot be combined with RESERVE or BLOCK";
-    /// BLOCK where the server cannot hold the reply (MULTI, a script, a
-    /// client that cannot block).
+    /// `BLOCK` where Redis cannot block: inside MULTI, a script, or on a
+    /// client that cannot block.
     ERR_CANNOT_BLOCK = "ERR BLOCK cannot wait inside MULTI, a script, or on a client that cannot block: use RESERVE and wait on the client";
 
     // ---- TB.MCONSUME ---------------------------------------------------------
-    /// A bad `numkeys` (it names `parse::MAX_KEYS`).
+    /// A bad `numkeys` (above `parse::MAX_KEYS`), or one the arguments do not
+    /// match.
     ERR_NUMKEYS = concatcp!("ERR numkeys must be an integer from 1 to ", MAX_KEYS, " and match the arguments");
-    /// A key named twice.
+    /// A key named twice in `TB.MCONSUME`.
     ERR_DUPLICATE = "ERR a key appears twice in TB.MCONSUME";
-    /// An unknown option.
+    /// An unknown option of `TB.MCONSUME`.
     ERR_MCONSUME_OPTION = "ERR unknown option: TB.MCONSUME takes RESERVE ms, or ATMOST [MIN chunk], and LEASE part ttl-ms";
-    /// BLOCK with RESERVE or ATMOST.
+    /// `TB.MCONSUME`'s `BLOCK` with `RESERVE` or `ATMOST`.
     ERR_MCONSUME_BLOCK = "ERR BLOCK cannot be combined with RESERVE or ATMOST";
 
     // ---- FLOW and WEIGHT (both consume commands) ------------------------------
-    /// FLOW without BLOCK.
+    /// `FLOW` without `BLOCK`: it names the queue a call waits in, and only
+    /// `BLOCK` waits there.
     ERR_FLOW_BLOCK = "ERR FLOW needs BLOCK";
-    /// A flow name that is empty or too long (it names `parse::MAX_FLOW_NAME`).
+    /// A missing, empty or too long flow name (`parse::MAX_FLOW_NAME`).
     ERR_FLOW_NAME = concatcp!("ERR FLOW takes a name of 1 to ", MAX_FLOW_NAME, " bytes");
-    /// A bad weight, or WEIGHT not right after `FLOW name` (it names
-    /// `fair::MAX_WEIGHT`).
+    /// A bad weight (above `fair::MAX_WEIGHT`), or `WEIGHT` not right after
+    /// `FLOW name`.
     ERR_WEIGHT = concatcp!("ERR WEIGHT takes an integer from 1 to ", MAX_WEIGHT, ", after FLOW name");
 
     // ---- Leases and TB.RELEASE -----------------------------------------------
-    /// A bad LEASE TTL (it names `lease::MAX_TTL_MS`).
+    /// A bad lease TTL (above `lease::MAX_TTL_MS`).
     ERR_LEASE_TTL = concatcp!("ERR LEASE takes a TTL in milliseconds, an integer from 1 to ", MAX_TTL_MS);
-    /// LEASE given twice (or twice for one part of TB.MCONSUME).
+    /// `LEASE` repeated (or twice for one part of `TB.MCONSUME`).
     ERR_LEASE_TWICE = "ERR LEASE given twice";
-    /// LEASE with a way of waiting or a partial grant.
+    /// A lease is never reserved and never partial (in `TB.MCONSUME`,
+    /// `RESERVE` applies to the other parts; `BLOCK` waits for the lease).
     ERR_LEASE_MODE = "ERR LEASE cannot be combined with RESERVE or ATMOST";
-    /// LEASE on n = 0.
+    /// A lease of 0 tokens.
     ERR_LEASE_N = "ERR LEASE needs n of at least 1";
-    /// A bucket that holds the most leases it may (`lease::MAX_LEASES`).
+    /// The per-bucket maximum of leases (`lease::MAX_LEASES`).
     ERR_LEASE_FULL = concatcp!("ERR the bucket holds ", MAX_LEASES, " leases already: release some or wait for them to expire");
-    /// A bad part number in TB.MCONSUME's LEASE.
+    /// A bad `LEASE` of `TB.MCONSUME`.
     ERR_LEASE_PART = "ERR LEASE in TB.MCONSUME takes a part number from 1 to numkeys and a TTL";
-    /// A bad lease id.
+    /// A bad lease id in `TB.RELEASE`.
     ERR_LEASE_ID = concatcp!("ERR lease-id must be an integer from 0 to ", MAX_AMOUNT);
-    /// A bad USED amount.
+    /// A bad `USED`.
     ERR_USED = concatcp!("ERR USED takes the tokens used, an integer from 0 to ", MAX_AMOUNT);
-    /// An unknown option of TB.RELEASE.
+    /// Another option of `TB.RELEASE`.
     ERR_RELEASE_OPTION = "ERR unknown option: TB.RELEASE takes USED n";
 
     // ---- CL.THROTTLE ---------------------------------------------------------
-    /// A bad `max_burst` (the capacity is `max_burst + 1`).
+    /// A bad `CL.THROTTLE` `max_burst` (the capacity is `max_burst + 1`).
     ERR_BURST = concatcp!("ERR max_burst must be an integer from 0 to ", MAX_AMOUNT - 1);
-    /// A bad `count`.
+    /// A bad `CL.THROTTLE` `count`.
     ERR_COUNT = concatcp!("ERR count must be an integer from 0 to ", MAX_AMOUNT);
-    /// A bad `period`.
+    /// A bad `CL.THROTTLE` `period`.
     ERR_PERIOD = concatcp!("ERR period must be an integer number of seconds from 1 to ", MAX_AMOUNT);
-    /// A bad `quantity`.
+    /// A bad `CL.THROTTLE` `quantity`.
     ERR_QUANTITY = concatcp!("ERR quantity must be an integer from 0 to ", MAX_AMOUNT);
 
     // ---- TB.TOP ----------------------------------------------------------------
     /// A bad `TB.TOP` option.
     ERR_TOP_OPTION = "ERR unknown or repeated option: TB.TOP takes DENIED or WAITS, and COUNT n";
-    /// A bad `COUNT` (it names the sketches' capacity, `topkeys::TOP_CAPACITY`).
+    /// A `TB.TOP` `COUNT` above what the sketches hold (`topkeys::TOP_CAPACITY`).
     ERR_TOP_COUNT = concatcp!("ERR COUNT must be an integer from 0 to ", TOP_CAPACITY);
 
     // ---- TB.CONFIG and the settings ------------------------------------------
-    /// An unknown TB.CONFIG subcommand.
+    /// An unknown `TB.CONFIG` subcommand.
     ERR_SUBCOMMAND = "ERR unknown subcommand: use GET pattern, SET name value, or RESETSTAT";
-    /// TB.CONFIG SET of a setting that does not exist, named in the `{}`
-    /// ([`unknown_setting`]).
+    /// `TB.CONFIG SET` of a setting that does not exist, named in the `{}`
+    /// (`unknown_setting`).
     ERR_UNKNOWN_SETTING = "ERR unknown setting '{}'";
     /// A bad value of the `expire-idle` setting.
     ERR_EXPIRE_IDLE = "ERR expire-idle must be yes or no";
     /// A bad value of the `max-wait-ms` setting (at most `parse::MAX_WAIT_MS`).
     ERR_MAX_WAIT = concatcp!("ERR max-wait-ms must be an integer from 0 to ", MAX_WAIT_MS);
-    /// A bad value of the `max-blocked` setting.
+    /// A bad value of the `max-blocked` setting (at most
+    /// `settings::MAX_BLOCKED_LIMIT`).
     ERR_MAX_BLOCKED = concatcp!("ERR max-blocked must be an integer from 0 to ", MAX_BLOCKED_LIMIT);
     /// A bad value of the `top-keys` setting.
     ERR_TOP_KEYS = "ERR top-keys must be yes or no";
 
     // ---- TB.SETSTATE (replication and the AOF) -------------------------------
-    /// A state TB.SETSTATE cannot set.
+    /// An impossible internal state.
     ERR_STATE = "ERR invalid bucket state for TB.SETSTATE";
-    /// A lease change that does not fit the leases the key holds: the
-    /// replica's or AOF's key is not the state the master changed.
+    /// A replicated lease change applied to a key that is not the state the
+    /// master changed.
     ERR_DELTA = "ERR TB.SETSTATE: the lease change does not fit the leases the key holds";
 
     // ---- The server's own lines, which the module sends itself ---------------
-    /// A key that holds another type.
+    /// The key holds another type.
     ERR_WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value";
-    /// A wrong argument count, for a call whose arity was checked when it
-    /// came (a call waiting for a lease).
+    /// A wrong argument count, answered by a call waiting server-side (whose
+    /// arity was checked when it came; Redis' own line names the command).
     ERR_WRONG_ARITY = "ERR wrong number of arguments";
-    /// Redis' OOM error, sent when a script flagged `allow-oom` would create
-    /// a bucket past `maxmemory`.
+    /// Writes past `maxmemory` (the commands are `deny-oom`), and in scripts
+    /// flagged `allow-oom` a command that would create a bucket.
     ERR_OOM = "OOM command not allowed when used memory > 'maxmemory'.";
-    /// A blocked call whose server turned replica (failover).
+    /// A call waiting with `BLOCK` on a server that turned replica (a
+    /// failover): retry it on the new master.
     ERR_UNBLOCKED = "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)";
 
-    // ---- The module's own failures ---------------------------------------------
-    /// A handler that panicked before the call changed anything.
+    // ---- The module's own failures (never seen in tests or fuzzing; please report one)
+    /// A bug in the module, caught before the command began to write.
     ERR_PANIC_NO_EFFECT = "ERR tb: internal error; the command had no effect";
-    /// A handler that panicked after the call began to write.
+    /// A bug in the module, caught after the command began to write.
     ERR_PANIC_MAY_HAVE_EFFECTS = "ERR tb: internal error; the command may have had effects (check the key)";
-    /// A blocked call woken without its reply.
+    /// A call waiting server-side woken without its reply (a bug).
     ERR_LOST_REPLY = "ERR tb: lost the reservation reply";
-    /// An error text that cannot be sent as it is (it holds a NUL byte).
+    /// An error line that could not be sent as it is (a bug).
     ERR_UNSENDABLE = "ERR tb: error";
 }
 

@@ -8,7 +8,9 @@ Rust writes: src/catalogue.rs), every file that restates the protocol:
 - the clients' limits and error texts: Python ``_catalogue.py``, Node
   ``catalogue.js``, Ruby ``catalogue.rb``;
 - the syntax line at the top of each docs/commands/ page, between its
-  ``syntax`` comments.
+  ``syntax`` comments, and the table of docs/errors.md (each line and when it
+  is answered: its doc comment in src/errors.rs), between its ``errors``
+  comments.
 
 ``make catalogue`` writes them; ``--check`` (``make check-catalogue``) writes
 nothing and fails, naming the stale files, when any differs. Standard library
@@ -110,6 +112,23 @@ def doc(command: dict[str, Any]) -> Callable[[str], str]:
     return render
 
 
+ERRORS_BEGIN = "<!-- errors: " + HEADER + " (from src/errors.rs) -->"
+ERRORS_END = "<!-- /errors -->"
+
+
+def md_cell(s: str) -> str:
+    return s.replace("|", "\\|")
+
+
+def errors_page(cat: dict[str, Any], current: str) -> str:
+    begin, end = current.find(ERRORS_BEGIN), current.find(ERRORS_END)
+    if begin < 0 or end < begin:
+        raise SystemExit(f"docs/errors.md: no '{ERRORS_BEGIN}' ... '{ERRORS_END}' block")
+    rows = [f"| `{md_cell(t)}` | {md_cell(cat['error_docs'][n])} |" for n, t in cat["errors"].items()]
+    table = "\n".join([ERRORS_BEGIN, "", "| error | when |", "|---|---|", *rows, "", ERRORS_END])
+    return current[:begin] + table + current[end + len(ERRORS_END):]
+
+
 def outputs(cat: dict[str, Any]) -> dict[Path, Callable[[str], str]]:
     """Each generated file and how to make it from its current text."""
     out: dict[Path, Callable[[str], str]] = {
@@ -117,6 +136,7 @@ def outputs(cat: dict[str, Any]) -> dict[Path, Callable[[str], str]]:
         REPO / "clients/python/src/tb_limiter/_catalogue.py": lambda _: python(cat),
         REPO / "clients/node/src/catalogue.js": lambda _: node(cat),
         REPO / "clients/ruby/lib/tb_limiter/catalogue.rb": lambda _: ruby(cat),
+        REPO / "docs/errors.md": lambda cur: errors_page(cat, cur),
     }
     for c in cat["commands"]:
         page = REPO / "docs/commands" / (c["name"].lower() + ".md")
