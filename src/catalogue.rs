@@ -235,22 +235,40 @@ mod tests {
 
     #[test]
     fn syntax_lines_read_as_the_docs_write_them() {
-        let by_name = |n: &str| {
-            crate::commands::ALL
-                .iter()
-                .map(|r| r.spec())
-                .find(|s| s.name.to_bytes() == n.as_bytes())
-                .map(command_json)
-                .unwrap()
-        };
-        assert_eq!(by_name("tb.refund")["syntax"], "TB.REFUND key n");
-        assert_eq!(
-            by_name("tb.top")["syntax"],
-            "TB.TOP [DENIED | WAITS] [COUNT count]"
-        );
-        let m = by_name("tb.mconsume");
-        assert!(m["syntax"].as_str().unwrap().starts_with(
-            "TB.MCONSUME numkeys key [key ...] rate capacity n [rate capacity n ...] "
-        ));
+        use crate::glue::command::{block, integer, key, one_of, pure_token, string};
+        let wait = [
+            integer(c"reserve-ms").token(c"RESERVE"),
+            integer(c"block-ms").token(c"BLOCK"),
+        ];
+        let wait = Box::leak(Box::new(wait));
+        let limit = Box::leak(Box::new([string(c"rate"), integer(c"n")]));
+        let lease = [integer(c"ttl-ms"), pure_token(c"keep", c"KEEP").optional()];
+        let lease = Box::leak(Box::new(lease));
+        let metric = [
+            pure_token(c"denied", c"DENIED"),
+            pure_token(c"waits", c"WAITS"),
+        ];
+        let metric = Box::leak(Box::new(metric));
+        let cases = [
+            (key(c"key").multiple(), "key [key ...]"),
+            (integer(c"n").optional(), "[n]"),
+            (
+                one_of(c"wait", wait).optional(),
+                "[RESERVE reserve-ms | BLOCK block-ms]",
+            ),
+            (one_of(c"metric", metric), "<DENIED | WAITS>"),
+            (block(c"limit", limit).multiple(), "rate n [rate n ...]"),
+            (
+                block(c"lease", lease).token(c"LEASE").optional(),
+                "[LEASE ttl-ms [KEEP]]",
+            ),
+            (
+                integer(c"count").token(c"COUNT").optional(),
+                "[COUNT count]",
+            ),
+        ];
+        for (arg, want) in cases {
+            assert_eq!(syntax(&arg), want);
+        }
     }
 }
