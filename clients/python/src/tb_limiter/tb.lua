@@ -81,7 +81,10 @@ local ERR_WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind 
 local MAX_AMOUNT = 9007199254740992
 local MAX_RATE_NUM = 9007199254740992
 local MAX_RATE_DEN = 1099511627776
+local MAX_WAIT_MS = 86400000
+local MAX_KEYS = 16
 local MAX_LEASES = 1024
+local MAX_TTL_MS = 86400000
 local MAX_LEASE_ID = 9007199254740991
 local MAX_WEIGHT = 1000000
 local MAX_FLOW_NAME = 128
@@ -90,7 +93,11 @@ local DEFAULT_MAX_WAIT_MS = 60000
 local ERR_LEASE_SEED = 'ERR tb.lua: a lease needs LEASE-SEED r (a random integer from 1 to 2^53 - 1) before the command'
 local ERR_TOO_LONG = (ERR_WAIT_EXCEEDS:gsub('{}', tostring(DEFAULT_MAX_WAIT_MS)))
 local NANOS = 1000000000
-local MAX_AMOUNT_STR = string.format('%.0f', MAX_AMOUNT) -- 2^53, as parse_int compares it
+-- The bounds parse_int compares arguments with, as decimal strings.
+local MAX_AMOUNT_STR = string.format('%.0f', MAX_AMOUNT) -- 2^53
+local MAX_WAIT_MS_STR = string.format('%.0f', MAX_WAIT_MS)
+local MAX_TTL_MS_STR = string.format('%.0f', MAX_TTL_MS)
+local MAX_LEASE_ID_STR = string.format('%.0f', MAX_LEASE_ID) -- 2^53 - 1
 
 ---------------------------------------------------------------------------
 -- Exact non-negative integers: little-endian arrays of base-1e7 limbs,
@@ -903,7 +910,7 @@ local function cmd_consume(args)
     while args[j] do
       if args[j]:upper() == 'LEASE' then
         if lease_ttl ~= nil then return err(ERR_LEASE_TWICE) end
-        local ttl = parse_int(args[j + 1] or '', '86400000', ERR_LEASE_TTL)
+        local ttl = parse_int(args[j + 1] or '', MAX_TTL_MS_STR, ERR_LEASE_TTL)
         if not ttl or ttl == 0 then return err(ERR_LEASE_TTL) end
         lease_ttl = ttl
         j = j + 2
@@ -939,7 +946,7 @@ local function cmd_consume(args)
       if not minc then return err(e) end
       i = i + 1
     elseif (up == 'RESERVE' or up == 'BLOCK') and wait == nil then
-      wait_ms, e = parse_int(args[i + 1] or '', '86400000', ERR_WAIT)
+      wait_ms, e = parse_int(args[i + 1] or '', MAX_WAIT_MS_STR, ERR_WAIT)
       if not wait_ms then return err(e) end
       wait = up
       i = i + 1
@@ -991,7 +998,7 @@ end
 local function cmd_mconsume(args)
   local k = #KEYS
   local triples = 3 * k
-  if k == 0 or k > 16 or #args < triples then return err(ERR_NUMKEYS) end
+  if k == 0 or k > MAX_KEYS or #args < triples then return err(ERR_NUMKEYS) end
   local mode, max_wait_us, minc = 'all', 0, 1
   local chunk = nil
   local leased, kept, any_lease, reserve, block = {}, {}, false, nil, nil
@@ -1010,7 +1017,7 @@ local function cmd_mconsume(args)
       if at + 2 > #args then return err(ERR_LEASE_PART) end
       local part = parse_int(args[at + 1], tostring(k), ERR_LEASE_PART)
       if not part or part == 0 then return err(ERR_LEASE_PART) end
-      local ttl = parse_int(args[at + 2], '86400000', ERR_LEASE_TTL)
+      local ttl = parse_int(args[at + 2], MAX_TTL_MS_STR, ERR_LEASE_TTL)
       if not ttl or ttl == 0 then return err(ERR_LEASE_TTL) end
       if leased[part] then return err(ERR_LEASE_TWICE) end
       leased[part] = ttl
@@ -1021,12 +1028,12 @@ local function cmd_mconsume(args)
         at = at + 1
       end
     elseif up == 'RESERVE' and reserve == nil and at + 1 <= #args then
-      local ms, e = parse_int(args[at + 1], '86400000', ERR_WAIT)
+      local ms, e = parse_int(args[at + 1], MAX_WAIT_MS_STR, ERR_WAIT)
       if not ms then return err(e) end
       reserve = ms
       at = at + 2
     elseif up == 'BLOCK' and block == nil and at + 1 <= #args then
-      local ms, e = parse_int(args[at + 1], '86400000', ERR_WAIT)
+      local ms, e = parse_int(args[at + 1], MAX_WAIT_MS_STR, ERR_WAIT)
       if not ms then return err(e) end
       block = ms
       at = at + 2
@@ -1311,7 +1318,7 @@ local COMMANDS = {
 
 local first = 1
 if (ARGV[1] or ''):upper() == 'LEASE-SEED' then
-  local seed = parse_int(ARGV[2] or '', '9007199254740991', ERR_LEASE_SEED)
+  local seed = parse_int(ARGV[2] or '', MAX_LEASE_ID_STR, ERR_LEASE_SEED)
   if not seed or seed == 0 then return err(ERR_LEASE_SEED) end
   lease_seed = seed
   first = 3
