@@ -2,9 +2,10 @@
 """Generates, from the protocol catalogue (protocol/catalogue.json, which the
 Rust writes: src/catalogue.rs), every file that restates the protocol:
 
-- lua/tb.lua: the error lines, limits and setting defaults it uses, between
-  its ``BEGIN catalogue`` and ``END catalogue`` comments (`make lua-sync`
-  then copies it into the packages);
+- the Lua fallback: the error lines, limits and setting defaults its source
+  (lua/src/) uses, between the ``BEGIN catalogue`` and ``END catalogue``
+  comments of lua/src/02-constants.lua (`make lua-sync` then assembles
+  lua/tb.lua and copies it into the packages);
 - the clients' limits and error texts: Python ``_catalogue.py``, Node
   ``catalogue.js``, Ruby ``catalogue.rb``;
 - the syntax line at the top of each docs/commands/ page, between its
@@ -43,6 +44,8 @@ def numbers(cat: dict[str, Any]) -> dict[str, int]:
 # ---------------------------------------------------------------------------
 # Lua: only the names the script uses, so it holds no unused local.
 
+LUA_CONSTANTS = REPO / "lua/src/02-constants.lua"
+
 LUA_BEGIN = "-- BEGIN catalogue: " + HEADER
 LUA_END = "-- END catalogue"
 
@@ -54,8 +57,9 @@ def lua_str(s: str) -> str:
 def lua(cat: dict[str, Any], current: str) -> str:
     begin, end = current.find(LUA_BEGIN), current.find(LUA_END)
     if begin < 0 or end < begin:
-        raise SystemExit(f"lua/tb.lua: no '{LUA_BEGIN}' ... '{LUA_END}' block")
-    outside = current[:begin] + current[end:]
+        raise SystemExit(f"{LUA_CONSTANTS.relative_to(REPO)}: no '{LUA_BEGIN}' ... '{LUA_END}' block")
+    others = [p.read_text(encoding="utf-8") for p in sorted((REPO / "lua/src").glob("*.lua")) if p != LUA_CONSTANTS]
+    outside = "\n".join([current[:begin], current[end:], *others])
     used = set(re.findall(r"\b[A-Z][A-Z0-9_]*\b", outside))
     lines = [LUA_BEGIN]
     lines += [f"local {n} = {lua_str(t)}" for n, t in cat["errors"].items() if n in used]
@@ -132,7 +136,7 @@ def errors_page(cat: dict[str, Any], current: str) -> str:
 def outputs(cat: dict[str, Any]) -> dict[Path, Callable[[str], str]]:
     """Each generated file and how to make it from its current text."""
     out: dict[Path, Callable[[str], str]] = {
-        REPO / "lua/tb.lua": lambda cur: lua(cat, cur),
+        LUA_CONSTANTS: lambda cur: lua(cat, cur),
         REPO / "clients/python/src/tb_limiter/_catalogue.py": lambda _: python(cat),
         REPO / "clients/node/src/catalogue.js": lambda _: node(cat),
         REPO / "clients/ruby/lib/tb_limiter/catalogue.rb": lambda _: ruby(cat),

@@ -1,3 +1,4 @@
+-- Assembled by `make lua-sync` from lua/src/*.lua, in name order: edit those, not this file.
 -- tb.lua: the tb module's TB.CONSUME, TB.MCONSUME, TB.REFUND and TB.INFO as
 -- one Redis script, for servers that cannot load modules. It mirrors
 -- src/bucket.rs and src/parse.rs of the module: same arguments, same errors,
