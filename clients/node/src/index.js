@@ -14,7 +14,13 @@ import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 
-import { DEFAULT_MAX_WAIT_MS, MAX_AMOUNT, MAX_LEASE_ID, MAX_WAIT_MS as MAX_WAIT_ARG_MS } from './catalogue.js';
+import {
+  DEFAULT_MAX_WAIT_MS,
+  ERR_WAIT_EXCEEDS,
+  MAX_AMOUNT,
+  MAX_LEASE_ID,
+  MAX_WAIT_MS as MAX_WAIT_ARG_MS,
+} from './catalogue.js';
 import { connect } from './connection.js';
 
 /** Source of the Lua fallback (`tb.lua` in this package). */
@@ -124,9 +130,14 @@ function isUnknownCommand(e) {
   return isReplyError(e) && /unknown command/i.test(String(e.message));
 }
 
+/** The module's error for a wait above `tb.max-wait-ms`, with the setting's value. */
+const MAX_WAIT_ERROR = new RegExp(
+  ERR_WAIT_EXCEEDS.slice(4).replace(/[.*+?^${}()|[\]\\]/g, '\\$&').replace('\\(\\{\\}\\)', '\\((\\d+)\\)'),
+);
+
 /** N from the server's `ERR wait exceeds tb.max-wait-ms (N)`, or null. */
 function maxWaitFrom(e) {
-  const m = /wait exceeds tb\.max-wait-ms \((\d+)\)/.exec(String(e?.message ?? ''));
+  const m = MAX_WAIT_ERROR.exec(String(e?.message ?? ''));
   return m ? Number(m[1]) : null;
 }
 

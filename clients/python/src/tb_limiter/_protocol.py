@@ -11,14 +11,16 @@ from dataclasses import dataclass
 from importlib import resources
 
 from ._catalogue import DEFAULT_MAX_WAIT_MS as DEFAULT_MAX_WAIT_MS
-from ._catalogue import MAX_LEASE_ID
+from ._catalogue import ERR_WAIT_EXCEEDS, MAX_LEASE_ID
 
 #: Source of the Lua fallback (``tb.lua`` in this package).
 SCRIPT: str = resources.files(__package__).joinpath("tb.lua").read_text(encoding="utf-8")
 #: Its SHA-1, as ``EVALSHA`` takes it.
 SCRIPT_SHA: str = hashlib.sha1(SCRIPT.encode()).hexdigest()
 
-_MAX_WAIT = re.compile(r"wait exceeds tb\.max-wait-ms(?: \((\d+)\))?")
+#: The module's error for a wait above ``tb.max-wait-ms``, the setting's
+#: value in parentheses (older modules send none).
+_MAX_WAIT = re.compile(re.escape(ERR_WAIT_EXCEEDS[4:].replace(" ({})", "")) + r"(?: \((\d+)\))?")
 
 
 def amount_arg(n: int, what: str = "n") -> str:

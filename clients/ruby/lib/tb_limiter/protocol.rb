@@ -15,7 +15,9 @@ module TbLimiter
     # The longest wait the module accepts by default (tb.max-wait-ms), and
     # the one the Lua fallback always accepts.
     DEFAULT_MAX_WAIT_MS = Catalogue::DEFAULT_MAX_WAIT_MS
-    MAX_WAIT = /wait exceeds tb\.max-wait-ms(?: \((\d+)\))?/.freeze
+    # The module's error for a wait above tb.max-wait-ms, the setting's value
+    # in parentheses (older modules send none).
+    MAX_WAIT = /#{Regexp.escape(Catalogue::ERR_WAIT_EXCEEDS.delete_prefix("ERR ").sub(" ({})", ""))}(?: \((\d+)\))?/.freeze
     # Largest lease id (the module's and the Lua fallback's: 2^53 - 1).
     LUA_MAX_LEASE_ID = Catalogue::MAX_LEASE_ID
 
