@@ -194,7 +194,12 @@ pub fn render() -> String {
                 settings::Kind::Bool => ("bool", None),
                 settings::Kind::Int { max } => ("int", Some(max)),
             };
-            let v = json!({ "kind": kind, "default": st.default, "max": max });
+            let v = json!({
+                "kind": kind,
+                "default": st.default,
+                "max": max,
+                "summary": st.summary,
+            });
             (st.name.to_owned(), v)
         })
         .collect();

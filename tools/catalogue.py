@@ -9,9 +9,10 @@ Rust writes: src/catalogue.rs), every file that restates the protocol:
 - the clients' limits and error texts: Python ``_catalogue.py``, Node
   ``catalogue.js``, Ruby ``catalogue.rb``;
 - the syntax line at the top of each docs/commands/ page, between its
-  ``syntax`` comments, and the table of docs/errors.md (each line and when it
-  is answered: its doc comment in src/errors.rs), between its ``errors``
-  comments.
+  ``syntax`` comments, the table of settings of docs/commands/tb.config.md
+  (between its ``settings`` comments), and the table of docs/errors.md (each
+  line and when it is answered: its doc comment in src/errors.rs), between
+  its ``errors`` comments.
 
 ``make catalogue`` writes them; ``--check`` (``make check-catalogue``) writes
 nothing and fails, naming the stale files, when any differs. Standard library
@@ -133,6 +134,25 @@ def errors_page(cat: dict[str, Any], current: str) -> str:
     return current[:begin] + table + current[end + len(ERRORS_END):]
 
 
+SETTINGS_BEGIN = "<!-- settings: " + HEADER + " (from src/settings.rs) -->"
+SETTINGS_END = "<!-- /settings -->"
+
+
+def settings_table(cat: dict[str, Any], current: str) -> str:
+    begin, end = current.find(SETTINGS_BEGIN), current.find(SETTINGS_END)
+    if begin < 0 or end < begin:
+        raise SystemExit(f"docs/commands/tb.config.md: no '{SETTINGS_BEGIN}' ... '{SETTINGS_END}' block")
+    rows = []
+    for name, s in cat["settings"].items():
+        if s["kind"] == "bool":
+            default, meaning = ("yes" if s["default"] else "no"), s["summary"]
+        else:
+            default, meaning = str(s["default"]), f"{s['summary']} (0 to {s['max']})"
+        rows.append(f"| `{name}` | `{default}` | {md_cell(meaning)} |")
+    table = "\n".join([SETTINGS_BEGIN, "", "| setting | default | meaning |", "|---|---|---|", *rows, "", SETTINGS_END])
+    return current[:begin] + table + current[end + len(SETTINGS_END):]
+
+
 def outputs(cat: dict[str, Any]) -> dict[Path, Callable[[str], str]]:
     """Each generated file and how to make it from its current text."""
     out: dict[Path, Callable[[str], str]] = {
@@ -147,6 +167,9 @@ def outputs(cat: dict[str, Any]) -> dict[Path, Callable[[str], str]]:
         if not page.exists():
             raise SystemExit(f"{page.relative_to(REPO)}: no page for {c['name']}; write one (its title line first)")
         out[page] = doc(c)
+    config = REPO / "docs/commands/tb.config.md"
+    syntax = out[config]
+    out[config] = lambda cur: settings_table(cat, syntax(cur))
     return out
 
 
