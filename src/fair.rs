@@ -40,6 +40,8 @@ pub type WaiterId = u64;
 #[derive(Debug)]
 struct Waiter<W> {
     id: WaiterId,
+    /// Place in its flow's line: first come first served by this number.
+    order: u64,
     cost: u64,
     item: W,
 }
@@ -119,6 +121,22 @@ impl<W> FairQueue<W> {
     /// Queues `item`, which needs `cost` tokens, at the end of `flow`, whose
     /// weight becomes `weight` (clamped to 1..=[`MAX_WEIGHT`]). Returns its id.
     pub fn push(&mut self, flow: &[u8], weight: u64, cost: u64, item: W) -> WaiterId {
+        let order = self.next_id;
+        self.push_in_order(flow, weight, cost, order, item)
+    }
+
+    /// Queues a waiter in `flow` at its place by `order` (first come first
+    /// served within a flow by `order`, not by the time of this call: a
+    /// waiter moved from another queue keeps its place in its flow's line);
+    /// the flow's weight becomes `weight`.
+    pub fn push_in_order(
+        &mut self,
+        flow: &[u8],
+        weight: u64,
+        cost: u64,
+        order: u64,
+        item: W,
+    ) -> WaiterId {
         let id = self.next_id;
         self.next_id += 1;
         self.ticks += 1;
@@ -152,7 +170,16 @@ impl<W> FairQueue<W> {
             f.since = ticks;
             self.order.insert((f.start, f.since, fid));
         }
-        f.waiting.push_back(Waiter { id, cost, item });
+        let at = f.waiting.partition_point(|w| w.order <= order);
+        f.waiting.insert(
+            at,
+            Waiter {
+                id,
+                order,
+                cost,
+                item,
+            },
+        );
         self.by_id.insert(id, fid);
         self.len += 1;
         id

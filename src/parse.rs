@@ -441,7 +441,7 @@ fn exactly<'a>(a: &(impl Argv<'a> + ?Sized), n: usize) -> Result<(), ArgsError> 
 /// `TB.CONSUME key rate capacity [n] [RESERVE ms | BLOCK ms] [ATMOST]
 /// [LEASE ttl-ms]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ConsumeArgs {
+pub struct ConsumeArgs<'a> {
     /// The bucket's limits.
     pub limits: Limits,
     /// What follows `capacity`.
@@ -450,15 +450,19 @@ pub struct ConsumeArgs {
     pub lease_ttl_ms: Option<u64>,
     /// `LEASE ttl-ms KEEP`: the lease's tokens stay used when it expires.
     pub lease_keep: bool,
+    /// `FLOW name [WEIGHT w]` (only with `BLOCK`): wait in the bucket's
+    /// queue, in this flow.
+    pub flow: Option<Flow<'a>>,
 }
 
 /// Parses `TB.CONSUME` (the key is argument 1).
-pub fn consume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<ConsumeArgs, ArgsError> {
+pub fn consume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<ConsumeArgs<'a>, ArgsError> {
     let limits = Limits {
         rate: rate(nth(a, 2)?)?,
         capacity: amount(nth(a, 3)?, ERR_CAPACITY)?,
     };
     let rest: Vec<&[u8]> = (4..a.count()).map(|i| a.arg(i)).collect();
+    let (flow, rest) = split_flow(&rest, ERR_OPTION)?;
     let (lease, rest) = split_lease(&rest)?;
     let lease_ttl_ms = lease.map(|(ttl, _)| ttl);
     let options = consume_options(rest.into_iter())?;
@@ -473,12 +477,86 @@ pub fn consume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<ConsumeArgs, Arg
             return Err(ERR_LEASE_N.into());
         }
     }
+    if flow.is_some() && !matches!(options.wait, Wait::Block(_)) {
+        return Err(ERR_FLOW_BLOCK.into());
+    }
     Ok(ConsumeArgs {
         limits,
         options,
         lease_ttl_ms,
         lease_keep: lease.is_some_and(|(_, keep)| keep),
+        flow,
     })
+}
+
+/// Longest flow name `FLOW` takes, in bytes.
+pub const MAX_FLOW_NAME: usize = 128;
+
+/// `FLOW name [WEIGHT w]`: the flow a queued call waits in, and its weight
+/// (see [`crate::fair`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Flow<'a> {
+    /// The flow's name: 1 to [`MAX_FLOW_NAME`] bytes.
+    pub name: &'a [u8],
+    /// Its weight, 1 to [`crate::fair::MAX_WEIGHT`] (default 1).
+    pub weight: u64,
+}
+
+/// Error for FLOW without BLOCK.
+pub const ERR_FLOW_BLOCK: ParseError = "ERR FLOW needs BLOCK";
+/// Error for a flow name that is empty or too long (it names [`MAX_FLOW_NAME`]).
+pub const ERR_FLOW_NAME: ParseError = "ERR FLOW takes a name of 1 to 128 bytes";
+/// Error for a bad weight, or WEIGHT not right after `FLOW name` (it names
+/// [`crate::fair::MAX_WEIGHT`]).
+pub const ERR_WEIGHT: ParseError = "ERR WEIGHT takes an integer from 1 to 1000000, after FLOW name";
+
+/// Parses `FLOW name [WEIGHT w]` starting at `args[0]` (the `FLOW`
+/// keyword): the flow and how many arguments it took.
+pub fn flow_at<'a>(args: &[&'a [u8]]) -> Result<(Flow<'a>, usize), ParseError> {
+    let name = *args.get(1).ok_or(ERR_FLOW_NAME)?;
+    if name.is_empty() || name.len() > MAX_FLOW_NAME {
+        return Err(ERR_FLOW_NAME);
+    }
+    if args.get(2).is_some_and(|a| is_keyword(a, "WEIGHT")) {
+        let w = integer(
+            args.get(3).copied().unwrap_or_default(),
+            crate::fair::MAX_WEIGHT,
+            ERR_WEIGHT,
+        )?;
+        if w == 0 {
+            return Err(ERR_WEIGHT);
+        }
+        return Ok((Flow { name, weight: w }, 4));
+    }
+    Ok((Flow { name, weight: 1 }, 2))
+}
+
+/// Takes `FLOW name [WEIGHT w]` out of `args` (the name is taken as it is,
+/// whatever keyword it spells); `repeated` is the error for a second FLOW.
+/// A WEIGHT elsewhere is [`ERR_WEIGHT`].
+pub fn split_flow<'a>(
+    args: &[&'a [u8]],
+    repeated: ParseError,
+) -> Result<(Option<Flow<'a>>, Vec<&'a [u8]>), ParseError> {
+    let mut flow = None;
+    let mut rest = Vec::with_capacity(args.len());
+    let mut i = 0;
+    while i < args.len() {
+        if is_keyword(args[i], "FLOW") {
+            if flow.is_some() {
+                return Err(repeated);
+            }
+            let (f, used) = flow_at(&args[i..])?;
+            flow = Some(f);
+            i += used;
+        } else if is_keyword(args[i], "WEIGHT") {
+            return Err(ERR_WEIGHT);
+        } else {
+            rest.push(args[i]);
+            i += 1;
+        }
+    }
+    Ok((flow, rest))
 }
 
 /// Error for a bad `numkeys` of TB.MCONSUME (it names [`MAX_KEYS`]).
@@ -510,13 +588,13 @@ pub struct Request {
 /// `TB.MCONSUME numkeys key [key ...] rate capacity n [...] [LEASE part
 /// ttl-ms ...] [RESERVE ms]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MconsumeArgs {
+pub struct MconsumeArgs<'a> {
     /// One request per key, in key order; the keys are arguments
     /// `2..2 + requests.len()`.
     pub requests: Vec<Request>,
     /// `RESERVE ms`.
     pub reserve_ms: Option<u64>,
-    /// `BLOCK ms` (only with a lease): wait for the leases server-side.
+    /// `BLOCK ms`: wait server-side, queued, for the whole grant.
     pub block_ms: Option<u64>,
     /// `ATMOST [MIN chunk]`: the chunk (1 for plain `ATMOST`).
     pub atmost: Option<u64>,
@@ -525,6 +603,8 @@ pub struct MconsumeArgs {
     /// `LEASE part ttl-ms KEEP`: whether each part's lease keeps its tokens
     /// used when it expires, in key order.
     pub keep: Vec<bool>,
+    /// `FLOW name [WEIGHT w]` (only with `BLOCK`).
+    pub flow: Option<Flow<'a>>,
 }
 
 /// `numkeys` of TB.MCONSUME (argument 1): `None` unless it is an integer from
@@ -537,7 +617,7 @@ pub fn numkeys(arg: &[u8]) -> Option<usize> {
 }
 
 /// Parses `TB.MCONSUME`, including the check that no key appears twice.
-pub fn mconsume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<MconsumeArgs, ArgsError> {
+pub fn mconsume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<MconsumeArgs<'a>, ArgsError> {
     let k = numkeys(nth(a, 1)?).ok_or(ERR_NUMKEYS)?;
     let limits_at = 2 + k;
     let end = limits_at + 3 * k;
@@ -548,9 +628,17 @@ pub fn mconsume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<MconsumeArgs, A
     let mut block_ms = None;
     let mut leases = vec![None; k];
     let mut keep = vec![false; k];
+    let mut flow = None;
     let mut at = end;
     while at < a.count() {
-        if is_keyword(a.arg(at), "LEASE") {
+        if is_keyword(a.arg(at), "FLOW") && flow.is_none() {
+            let tail: Vec<&[u8]> = (at..a.count().min(at + 4)).map(|i| a.arg(i)).collect();
+            let (f, used) = flow_at(&tail)?;
+            flow = Some(f);
+            at += used;
+        } else if is_keyword(a.arg(at), "WEIGHT") {
+            return Err(ERR_WEIGHT.into());
+        } else if is_keyword(a.arg(at), "LEASE") {
             if at + 2 >= a.count() {
                 return Err(ERR_LEASE_PART.into());
             }
@@ -597,10 +685,11 @@ pub fn mconsume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<MconsumeArgs, A
     if atmost.is_some() && leases.iter().any(Option::is_some) {
         return Err(ERR_LEASE_MODE.into());
     }
-    if block_ms.is_some()
-        && (reserve_ms.is_some() || atmost.is_some() || leases.iter().all(Option::is_none))
-    {
+    if block_ms.is_some() && (reserve_ms.is_some() || atmost.is_some()) {
         return Err(ERR_MCONSUME_BLOCK.into());
+    }
+    if flow.is_some() && block_ms.is_none() {
+        return Err(ERR_FLOW_BLOCK.into());
     }
     let mut requests = Vec::with_capacity(k);
     for i in 0..k {
@@ -639,6 +728,7 @@ pub fn mconsume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<MconsumeArgs, A
         atmost,
         leases,
         keep,
+        flow,
     })
 }
 
@@ -905,9 +995,8 @@ pub const ERR_LEASE_TTL: ParseError =
 pub const ERR_LEASE_TWICE: ParseError = "ERR LEASE given twice";
 /// Error for LEASE with a way of waiting or a partial grant.
 pub const ERR_LEASE_MODE: ParseError = "ERR LEASE cannot be combined with RESERVE or ATMOST";
-/// Error for BLOCK on TB.MCONSUME without a lease, or with RESERVE or ATMOST.
-pub const ERR_MCONSUME_BLOCK: ParseError =
-    "ERR BLOCK in TB.MCONSUME waits for leases: it needs LEASE and cannot be combined with RESERVE or ATMOST";
+/// Error for BLOCK on TB.MCONSUME with RESERVE or ATMOST.
+pub const ERR_MCONSUME_BLOCK: ParseError = "ERR BLOCK cannot be combined with RESERVE or ATMOST";
 /// Error for LEASE on n = 0.
 pub const ERR_LEASE_N: ParseError = "ERR LEASE needs n of at least 1";
 /// Error for a bucket that holds the most leases it may.

@@ -1,24 +1,41 @@
-//! The queue of calls waiting server-side for leases (`BLOCK ms` with
-//! `LEASE`): first come, first served per bucket.
+//! The queue of calls waiting server-side (`BLOCK ms` with `LEASE` or
+//! `FLOW`, and `TB.MCONSUME ... BLOCK ms`): one queue per bucket, weighted
+//! fair across flows, first come first served within a flow.
 //!
-//! A waiting call is queued on every bucket it asks of, in arrival order.
-//! It may be tried (granted if all its parts fit) only when it is first in
-//! the queue of every one of its buckets, so a later call never overtakes an
-//! earlier one on a bucket they share, and a call asking several buckets is
-//! granted all at once or not at all. Pure: no Redis types, no clock; the
-//! glue (`glue::lease_wait`) asks it what to try and when.
+//! A waiting call is queued on one bucket: the one that makes it wait (or,
+//! when it came, the first of its buckets that had calls waiting). Only
+//! the first in a queue is tried, and a try is the whole call, all of its
+//! buckets at once; a first in line that some other bucket of its call now
+//! makes wait moves to that bucket's queue, keeping its place in its
+//! flow's line. The order across flows is [`crate::fair`]'s: a call costs
+//! the tokens it asks of the queue's bucket. Pure: no Redis types, no
+//! clock; the glue (`glue::lease_wait`) asks it what to try and when.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::hash::Hash;
+
+use crate::fair::{self, FairQueue, FlowStat};
 
 /// A waiting call, as the queue knows it.
 pub type WaiterId = u64;
 
-/// FIFO queues of waiting calls, one per bucket key `K`.
+/// Where a call waits.
+#[derive(Debug)]
+struct Place<K> {
+    key: K,
+    slot: fair::WaiterId,
+    flow: Box<[u8]>,
+    weight: u64,
+}
+
+/// The queues of waiting calls, one per bucket key `K`.
+///
+/// Invariant: `at` holds exactly the queued calls, each in the queue of its
+/// `key` under `slot`; no queue is empty.
 #[derive(Debug)]
 pub struct WaitQueue<K> {
-    queues: HashMap<K, VecDeque<WaiterId>>,
-    keys: HashMap<WaiterId, Vec<K>>,
+    queues: HashMap<K, FairQueue<WaiterId>>,
+    at: HashMap<WaiterId, Place<K>>,
     next: WaiterId,
 }
 
@@ -26,7 +43,7 @@ impl<K> Default for WaitQueue<K> {
     fn default() -> Self {
         WaitQueue {
             queues: HashMap::new(),
-            keys: HashMap::new(),
+            at: HashMap::new(),
             next: 0,
         }
     }
@@ -39,65 +56,110 @@ impl<K: Hash + Eq + Clone> WaitQueue<K> {
         keys.iter().any(|k| self.queues.contains_key(k))
     }
 
-    /// Queues a call on `keys` (distinct), last on each; returns its id.
-    pub fn push(&mut self, keys: Vec<K>) -> WaiterId {
+    /// The first of `keys` that has calls waiting.
+    pub fn first_waited<'k>(&self, keys: &'k [K]) -> Option<&'k K> {
+        keys.iter().find(|k| self.queues.contains_key(*k))
+    }
+
+    /// Queues a call on `key`, in `flow` of `weight`, asking `cost` tokens
+    /// of it; returns its id (ids grow with arrival).
+    pub fn push(&mut self, key: K, flow: &[u8], weight: u64, cost: u64) -> WaiterId {
         self.next += 1;
         let id = self.next;
-        for k in &keys {
-            self.queues.entry(k.clone()).or_default().push_back(id);
-        }
-        self.keys.insert(id, keys);
+        self.place(id, key, flow.into(), weight, cost);
         id
     }
 
-    /// Takes a call out of every queue it is in (granted, timed out, or
-    /// gone); returns its keys, or `None` if it was not queued.
-    pub fn remove(&mut self, id: WaiterId) -> Option<Vec<K>> {
-        let keys = self.keys.remove(&id)?;
-        for k in &keys {
-            if let Some(q) = self.queues.get_mut(k) {
-                if q.front() == Some(&id) {
-                    q.pop_front();
-                } else {
-                    q.retain(|&w| w != id);
-                }
-                if q.is_empty() {
-                    self.queues.remove(k);
-                }
+    fn place(&mut self, id: WaiterId, key: K, flow: Box<[u8]>, weight: u64, cost: u64) {
+        let q = self.queues.entry(key.clone()).or_default();
+        let slot = q.push_in_order(&flow, weight, cost, id, id);
+        self.at.insert(
+            id,
+            Place {
+                key,
+                slot,
+                flow,
+                weight,
+            },
+        );
+    }
+
+    /// Moves a queued call to the queue of `key`, where it asks `cost`
+    /// tokens; it keeps its flow and its place in the flow's line. Returns
+    /// the key it left.
+    pub fn move_to(&mut self, id: WaiterId, key: K, cost: u64) -> Option<K> {
+        let p = self.unplace(id, false)?;
+        self.place(id, key, p.flow, p.weight, cost);
+        Some(p.key)
+    }
+
+    fn unplace(&mut self, id: WaiterId, served: bool) -> Option<Place<K>> {
+        let p = self.at.remove(&id)?;
+        if let Some(q) = self.queues.get_mut(&p.key) {
+            if served && q.peek().map(|(slot, _, _)| slot) == Some(p.slot) {
+                q.pop();
+            } else {
+                q.remove(p.slot);
+            }
+            if q.is_empty() {
+                self.queues.remove(&p.key);
             }
         }
-        Some(keys)
+        Some(p)
     }
 
-    /// Whether `id` is first in the queue of each of its keys: the only
-    /// calls that may be tried.
-    pub fn is_first(&self, id: WaiterId) -> bool {
-        self.keys.get(&id).is_some_and(|keys| {
-            keys.iter()
-                .all(|k| self.queues.get(k).and_then(|q| q.front()) == Some(&id))
-        })
+    /// Takes a call out of its queue without a grant (timed out, gone, or
+    /// answered an error); returns the key it waited on.
+    pub fn remove(&mut self, id: WaiterId) -> Option<K> {
+        self.unplace(id, false).map(|p| p.key)
     }
 
-    /// The call to try next for `key`: the first in its queue, if it is
-    /// first on all of its keys too.
+    /// Takes a granted call out of its queue: the first in line's grant
+    /// counts for its flow's share. Returns the key it waited on.
+    pub fn served(&mut self, id: WaiterId) -> Option<K> {
+        self.unplace(id, true).map(|p| p.key)
+    }
+
+    /// The call to try next for `key`: the first in its queue.
     pub fn first(&self, key: &K) -> Option<WaiterId> {
-        let id = *self.queues.get(key)?.front()?;
-        self.is_first(id).then_some(id)
+        self.queues.get(key)?.peek().map(|(_, _, &id)| id)
     }
 
-    /// The keys `id` waits on.
-    pub fn keys_of(&self, id: WaiterId) -> Option<&[K]> {
-        self.keys.get(&id).map(Vec::as_slice)
+    /// Whether `id` is first in its queue: the only calls that are tried.
+    pub fn is_first(&self, id: WaiterId) -> bool {
+        self.key_of(id).is_some_and(|k| self.first(k) == Some(id))
+    }
+
+    /// The key `id` waits on.
+    pub fn key_of(&self, id: WaiterId) -> Option<&K> {
+        self.at.get(&id).map(|p| &p.key)
+    }
+
+    /// The flows waiting on `key`, in the order they are served next.
+    pub fn flows(&self, key: &K) -> Vec<FlowStat<'_>> {
+        self.queues
+            .get(key)
+            .map_or_else(Vec::new, |q| q.flows().collect())
+    }
+
+    /// Calls waiting on `key`.
+    pub fn waiting(&self, key: &K) -> usize {
+        self.queues.get(key).map_or(0, FairQueue::len)
+    }
+
+    /// Flows with a call waiting, summed over the buckets.
+    pub fn flow_count(&self) -> usize {
+        self.queues.values().map(|q| q.flows().count()).sum()
     }
 
     /// Number of waiting calls.
     pub fn len(&self) -> usize {
-        self.keys.len()
+        self.at.len()
     }
 
     /// Whether no call waits.
     pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
+        self.at.is_empty()
     }
 }
 
@@ -124,51 +186,73 @@ pub fn same_request(a: &[&[u8]], b: &[&[u8]]) -> bool {
 mod tests {
     use super::*;
 
+    const DEFAULT: &[u8] = b"";
+
     #[test]
-    fn first_come_first_served_on_one_key() {
+    fn first_come_first_served_in_one_flow() {
         let mut q = WaitQueue::default();
-        let a = q.push(vec!["k"]);
-        let b = q.push(vec!["k"]);
+        let a = q.push("k", DEFAULT, 1, 1);
+        let b = q.push("k", DEFAULT, 1, 1);
         assert!(q.is_waited(&["k"]) && !q.is_waited(&["other"]));
         assert_eq!(q.first(&"k"), Some(a));
-        assert!(!q.is_first(b));
-        assert_eq!(q.remove(a), Some(vec!["k"]));
+        assert!(q.is_first(a) && !q.is_first(b));
+        assert_eq!(q.served(a), Some("k"));
         assert_eq!(q.first(&"k"), Some(b));
-        q.remove(b);
+        assert_eq!(q.remove(b), Some("k"));
         assert!(q.is_empty() && !q.is_waited(&["k"]));
         assert_eq!(q.remove(b), None);
     }
 
     #[test]
-    fn a_multi_key_call_is_tried_only_when_first_everywhere() {
+    fn flows_share_a_bucket_by_weight() {
         let mut q = WaitQueue::default();
-        let a = q.push(vec!["rpm"]);
-        let b = q.push(vec!["rpm", "slots"]);
-        let c = q.push(vec!["slots"]);
-        // b is first on slots but not on rpm: nobody on slots may be tried,
-        // so c (later) never overtakes b on the bucket they share.
-        assert_eq!(q.first(&"slots"), None);
-        assert_eq!(q.first(&"rpm"), Some(a));
-        q.remove(a);
-        assert_eq!(q.first(&"slots"), Some(b));
-        assert_eq!(q.first(&"rpm"), Some(b));
-        q.remove(b);
-        assert_eq!(q.first(&"slots"), Some(c));
-        assert_eq!(q.keys_of(c), Some(&["slots"][..]));
+        for _ in 0..30 {
+            q.push("k", b"a", 3, 1);
+        }
+        for _ in 0..10 {
+            q.push("k", b"b", 1, 1);
+        }
+        let flows = q.flows(&"k");
+        assert_eq!((flows.len(), q.waiting(&"k"), q.flow_count()), (2, 40, 2));
+        let mut b_served = 0;
+        for _ in 0..20 {
+            let id = q.first(&"k").unwrap();
+            b_served += usize::from(id > 30);
+            q.served(id);
+        }
+        assert_eq!(b_served, 5, "3:1 over 20 grants");
     }
 
     #[test]
-    fn leaving_from_the_middle_keeps_the_order() {
+    fn a_timed_out_head_costs_its_flow_nothing() {
         let mut q = WaitQueue::default();
-        let ids: Vec<_> = (0..5).map(|_| q.push(vec![1u8])).collect();
-        q.remove(ids[2]);
-        q.remove(ids[0]);
-        let mut served = Vec::new();
-        while let Some(id) = q.first(&1) {
-            served.push(id);
-            q.remove(id);
-        }
-        assert_eq!(served, vec![ids[1], ids[3], ids[4]]);
+        let a0 = q.push("k", b"a", 1, 1);
+        let a1 = q.push("k", b"a", 1, 1);
+        let b0 = q.push("k", b"b", 1, 1);
+        q.remove(a0);
+        // a was not served: it stays first.
+        assert_eq!(q.first(&"k"), Some(a1));
+        q.served(a1);
+        assert_eq!(q.first(&"k"), Some(b0));
+    }
+
+    #[test]
+    fn a_moved_call_keeps_its_place_in_its_flow() {
+        let mut q = WaitQueue::default();
+        let x = q.push("rpm", b"a", 1, 1);
+        let y = q.push("tpm", b"a", 1, 100);
+        let z = q.push("tpm", b"a", 1, 100);
+        assert_eq!(q.first_waited(&["slots", "tpm"]), Some(&"tpm"));
+        // x is first on rpm, but tpm makes it wait: it moves there, ahead
+        // of the later calls of its flow.
+        assert_eq!(q.move_to(x, "tpm", 100), Some("rpm"));
+        assert!(!q.is_waited(&["rpm"]));
+        assert_eq!(q.key_of(x), Some(&"tpm"));
+        assert_eq!(q.first(&"tpm"), Some(x));
+        q.served(x);
+        assert_eq!(q.first(&"tpm"), Some(y));
+        q.served(y);
+        assert_eq!(q.first(&"tpm"), Some(z));
     }
 
     #[test]
@@ -190,12 +274,11 @@ mod tests {
 
     /// A virtual clock: 40 calls wait on an in-flight limit of 4, each
     /// holds its slot 200 ms; serving the first in line whenever a slot
-    /// comes back serves all 40, in arrival order, one try each when a slot
-    /// is free, 4 at a time.
+    /// comes back serves all 40, in arrival order, 4 at a time.
     #[test]
     fn forty_waiters_on_four_slots_are_served_in_order() {
         let mut q = WaitQueue::default();
-        let ids: Vec<_> = (0..40).map(|_| q.push(vec!["slots"])).collect();
+        let ids: Vec<_> = (0..40).map(|_| q.push("slots", DEFAULT, 1, 1)).collect();
         let mut free = 4u32;
         let mut releases: Vec<u64> = Vec::new(); // virtual ms of each release
         let mut served = Vec::new();
@@ -211,7 +294,7 @@ mod tests {
             });
             while free > 0 {
                 let Some(id) = q.first(&"slots") else { break };
-                q.remove(id);
+                q.served(id);
                 free -= 1;
                 served.push((id, now));
                 releases.push(now + 200);
@@ -223,5 +306,36 @@ mod tests {
         }
         assert_eq!(served.iter().map(|s| s.0).collect::<Vec<_>>(), ids);
         assert_eq!(served.last().unwrap().1, 9 * 200);
+    }
+
+    /// A virtual clock: a bucket of 100/s, capacity 1, saturated by flow a
+    /// (200 waiting calls, each asking again when served) while flow b
+    /// brings 10: b gets every other grant while both wait.
+    #[test]
+    fn a_saturated_bucket_alternates_two_flows_on_a_virtual_clock() {
+        let mut q = WaitQueue::default();
+        let mut flow_of = HashMap::new();
+        for _ in 0..200 {
+            flow_of.insert(q.push("k", b"a", 1, 1), 'a');
+        }
+        for _ in 0..10 {
+            flow_of.insert(q.push("k", b"b", 1, 1), 'b');
+        }
+        let mut grants = Vec::new();
+        // One token every 10 ms: the first in line is granted then.
+        for _tick in 0..20 {
+            let id = q.first(&"k").unwrap();
+            q.served(id);
+            let f = flow_of[&id];
+            grants.push(f);
+            if f == 'a' {
+                flow_of.insert(q.push("k", b"a", 1, 1), 'a');
+            }
+        }
+        assert_eq!(
+            grants.iter().filter(|&&f| f == 'b').count(),
+            10,
+            "{grants:?}"
+        );
     }
 }

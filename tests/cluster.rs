@@ -88,12 +88,14 @@ fn command_docs_describe_every_command() {
         (
             "tb.consume",
             -4,
-            &["key", "rate", "capacity", "n", "wait", "atmost", "lease"],
+            &[
+                "key", "rate", "capacity", "n", "wait", "atmost", "lease", "flow",
+            ],
         ),
         (
             "tb.mconsume",
             -6,
-            &["numkeys", "key", "limit", "mode", "lease"],
+            &["numkeys", "key", "limit", "mode", "lease", "flow"],
         ),
         ("tb.refund", 3, &["key", "n"]),
         ("tb.release", -3, &["key", "lease-id", "used"]),

@@ -20,9 +20,10 @@
 use libfuzzer_sys::fuzz_target;
 use tb::bucket::MAX_AMOUNT;
 use tb::codec::wire;
+use tb::fair::MAX_WEIGHT;
 use tb::lease::MAX_TTL_MS;
 use tb::parse::{
-    self, ArgsError, ConfigArgs, SetStateArgs, ERR_DUPLICATE, MAX_KEYS, MAX_WAIT_MS,
+    self, ArgsError, ConfigArgs, SetStateArgs, ERR_DUPLICATE, ERR_OPTION, MAX_FLOW_NAME, MAX_KEYS, MAX_WAIT_MS,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -39,14 +40,22 @@ fuzz_target!(|data: &[u8]| {
             if let Ok(c) = parse::consume_args(a) {
                 assert!(a.len() >= 4 && c.limits.capacity <= MAX_AMOUNT);
                 assert!(c.options.min.is_none_or(|m| m >= 1 && m <= c.limits.capacity));
-                let (lease, rest) = parse::split_lease(&a[4..]).expect("LEASE was valid");
+                let (flow, rest) = parse::split_flow(&a[4..], ERR_OPTION).expect("FLOW was valid");
+                assert_eq!(flow, c.flow, "{a:?}");
+                if let Some(f) = flow {
+                    assert!(matches!(c.options.wait, parse::Wait::Block(_)), "{a:?}");
+                    assert!((1..=MAX_FLOW_NAME).contains(&f.name.len()), "{a:?}");
+                    assert!((1..=MAX_WEIGHT).contains(&f.weight), "{a:?}");
+                }
+                let (lease, rest) = parse::split_lease(&rest).expect("LEASE was valid");
                 assert_eq!(lease.map(|(ttl, _)| ttl), c.lease_ttl_ms, "{a:?}");
                 assert_eq!(lease.is_some_and(|(_, keep)| keep), c.lease_keep, "{a:?}");
                 let opts = parse::consume_options(rest.into_iter());
                 assert_eq!(opts, Ok(c.options), "{a:?}");
                 if let Some((ttl, _)) = lease {
                     assert!((1..=MAX_TTL_MS).contains(&ttl) && c.options.n >= 1, "{a:?}");
-                    assert!(!c.options.atmost && c.options.wait == parse::Wait::No, "{a:?}");
+                    assert!(!c.options.atmost, "{a:?}");
+                    assert!(!matches!(c.options.wait, parse::Wait::Reserve(_)), "{a:?}");
                 }
             }
         }
@@ -66,7 +75,22 @@ fuzz_target!(|data: &[u8]| {
                 }
                 assert!(leased == 0 || m.atmost.is_none(), "LEASE with ATMOST: {a:?}");
                 let reserve = if m.reserve_ms.is_some() { 2 } else { 0 };
-                let rest = a.len() - (2 + 4 * k) - reserve - 3 * leased - kept;
+                let block = if m.block_ms.is_some() { 2 } else { 0 };
+                // FLOW name [WEIGHT w]: the first FLOW among the options is
+                // the keyword (no other option's value can spell it).
+                let flow = m.flow.map_or(0, |_| {
+                    let at = (2 + 4 * k..a.len())
+                        .find(|&i| a[i].eq_ignore_ascii_case(b"FLOW"))
+                        .expect("a FLOW keyword");
+                    if a.get(at + 2).is_some_and(|w| w.eq_ignore_ascii_case(b"WEIGHT")) {
+                        4
+                    } else {
+                        2
+                    }
+                });
+                assert!(m.flow.is_none() || m.block_ms.is_some(), "FLOW without BLOCK: {a:?}");
+                let options = reserve + block + flow;
+                let rest = a.len() - (2 + 4 * k) - options - 3 * leased - kept;
                 let extra = match (m.reserve_ms, m.atmost) {
                     (Some(_), Some(_)) => panic!("RESERVE with ATMOST: {a:?}"),
                     (_, Some(_)) => {
@@ -80,7 +104,7 @@ fuzz_target!(|data: &[u8]| {
                 };
                 assert_eq!(
                     a.len(),
-                    2 + 4 * k + reserve + 3 * leased + kept + extra,
+                    2 + 4 * k + options + 3 * leased + kept + extra,
                     "{a:?}"
                 );
                 if let (Some(c), 3) = (m.atmost, extra) {

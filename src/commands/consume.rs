@@ -54,9 +54,22 @@ impl Command for Consume {
             )
             .token(c"LEASE")
             .optional(),
+            FLOW_ARGS,
         ],
     };
 }
+
+/// `FLOW name [WEIGHT w]` in the docs of both consume commands: the flow
+/// a queued call waits in.
+pub const FLOW_ARGS: Arg = block(
+    c"flow",
+    &[
+        string(c"name"),
+        integer(c"weight").token(c"WEIGHT").optional(),
+    ],
+)
+.token(c"FLOW")
+.optional();
 
 /// `ATMOST [MIN chunk]` in the docs of both consume commands: a partial
 /// grant, of at least `chunk` tokens.
@@ -71,10 +84,15 @@ pub(crate) const ERR_CANNOT_BLOCK: &str =
 fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let a = parse::consume_args(args)?;
     let opts = a.options;
-    if let (Some(_), Wait::Block(ms)) = (a.lease_ttl_ms, opts.wait) {
+    if let (true, Wait::Block(ms)) = (a.lease_ttl_ms.is_some() || a.flow.is_some(), opts.wait) {
         check_block(ctx, ms)?;
-        let now = |c: &Ctx| lease_now(c, args, &a);
-        return lease_wait::wait(ctx, args, ms, 1..2, c"tb.consume", lease_try, &now);
+        let now = |c: &Ctx| queued_now(c, args, &a);
+        let asks = lease_wait::Queued {
+            keys: 1..2,
+            costs: vec![opts.n],
+            flow: a.flow,
+        };
+        return lease_wait::wait(ctx, args, ms, asks, c"tb.consume", queued_try, &now);
     }
     let mode = match opts.wait {
         Wait::No if opts.atmost => Mode::AtMost {
@@ -175,9 +193,10 @@ fn take(
     Ok((o, lease_id))
 }
 
-/// One try of `TB.CONSUME ... BLOCK ms LEASE ttl` for the wait queue: the
-/// lease as without BLOCK; with `dry`, the denial, nothing written.
-fn lease_try(ctx: &Ctx, args: &Args, dry: bool) -> Result<lease_wait::Try, CmdError> {
+/// One try of a queued `TB.CONSUME ... BLOCK ms` (with `LEASE` or
+/// `FLOW`) for the wait queue: the call as without BLOCK; with `dry`, the
+/// denial, nothing written.
+fn queued_try(ctx: &Ctx, args: &Args, dry: bool) -> Result<lease_wait::Try, CmdError> {
     let a = parse::consume_args(args)?;
     let n = a.options.n;
     if dry {
@@ -186,34 +205,45 @@ fn lease_try(ctx: &Ctx, args: &Args, dry: bool) -> Result<lease_wait::Try, CmdEr
         let stored = key.stored_at(now);
         let left = stored.map_or(a.limits.capacity, |b| b.whole_tokens(now));
         let mut o = bucket::consume(stored.as_ref(), a.limits, n, Mode::All, now);
-        lease::wait_with_leases(&mut o, &key.leases(), n, now);
+        lease::wait_with_leases(&mut o, &key.leases(), n.max(1), now);
         let retry = if o.kind == Kind::Allowed {
             0
         } else {
             o.retry_after_ms
         };
+        let mut reply = vec![0, left as i64, retry, o.reset_after_ms, 0];
+        if a.lease_ttl_ms.is_some() {
+            reply.push(0);
+        }
         return Ok(lease_wait::Try {
             granted: false,
             retry_after_ms: retry,
-            reply: vec![0, left as i64, retry, o.reset_after_ms, 0, 0],
+            never: n > a.limits.capacity,
+            blocking: 0,
+            reply,
         });
     }
-    lease_now(ctx, args, &a)
+    queued_now(ctx, args, &a)
 }
 
-/// The lease as without BLOCK, for the wait queue.
-fn lease_now(ctx: &Ctx, args: &Args, a: &parse::ConsumeArgs) -> Result<lease_wait::Try, CmdError> {
+/// The call as without BLOCK, for the wait queue.
+fn queued_now(ctx: &Ctx, args: &Args, a: &parse::ConsumeArgs) -> Result<lease_wait::Try, CmdError> {
     let (o, lease_id) = take(ctx, args, a, Mode::All)?;
+    let mut reply = vec![
+        i64::from(o.allowed()),
+        o.remaining as i64,
+        o.retry_after_ms,
+        o.reset_after_ms,
+        o.granted as i64,
+    ];
+    if a.lease_ttl_ms.is_some() {
+        reply.push(lease_id as i64);
+    }
     Ok(lease_wait::Try {
         granted: o.allowed(),
         retry_after_ms: o.retry_after_ms,
-        reply: vec![
-            i64::from(o.allowed()),
-            o.remaining as i64,
-            o.retry_after_ms,
-            o.reset_after_ms,
-            o.granted as i64,
-            lease_id as i64,
-        ],
+        never: a.options.n > a.limits.capacity,
+        blocking: 0,
+        reply,
     })
 }

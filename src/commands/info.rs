@@ -5,10 +5,13 @@
 //! `updated_at_ms`, `reset_after_ms`, `ttl_ms`), or nil for a missing key.
 //! A bucket that handed out leases adds `leases` (how many are held now)
 //! and `next_lease_expiry_ms` (ms until the first expires, -1: none held).
+//! While calls wait in the bucket's queue: `waiting` (how many) and
+//! `waiting_flows` (`[name, weight, waiting, ...]`, in the order the flows
+//! are served next).
 
-use crate::glue::clock;
 use crate::glue::command::{key, Access, Arity, Command, Keys, Spec};
 use crate::glue::entry::{Args, CmdResult, Ctx};
+use crate::glue::{clock, lease_wait};
 use crate::{lease, parse};
 
 /// `TB.INFO`.
@@ -37,7 +40,9 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         return Ok(());
     };
     let leases = key.leases().clone();
-    r.array(if leases.is_blank() { 12 } else { 16 });
+    let (waiting, flows) = lease_wait::waiting_on(ctx, args.bytes(1));
+    let fields = 6 + if leases.is_blank() { 0 } else { 2 } + if waiting > 0 { 2 } else { 0 };
+    r.array(2 * fields);
     r.bulk(b"tokens");
     r.bulk(stored.tokens_decimal(now).as_bytes());
     r.bulk(b"capacity");
@@ -55,6 +60,17 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         r.int(leases.held.len() as i64);
         r.bulk(b"next_lease_expiry_ms");
         r.int(lease::next_expiry_ms(&leases, now));
+    }
+    if waiting > 0 {
+        r.bulk(b"waiting");
+        r.int(waiting as i64);
+        r.bulk(b"waiting_flows");
+        r.array(3 * flows.len());
+        for (name, weight, n) in &flows {
+            r.bulk(name);
+            r.int(*weight as i64);
+            r.int(*n as i64);
+        }
     }
     Ok(())
 }

@@ -24,7 +24,7 @@
 //! the lease id of every part after the remaining tokens (0 for a part
 //! without a lease, or when denied).
 
-use super::consume::{ATMOST_ARGS, ERR_CANNOT_BLOCK};
+use super::consume::{ATMOST_ARGS, ERR_CANNOT_BLOCK, FLOW_ARGS};
 use crate::bucket::{self, Kind, Mode, Part};
 use crate::glue::command::{
     block, integer, key, one_of, pure_token, string, Access, Arity, Command, Keys, Spec,
@@ -74,6 +74,7 @@ impl Command for Mconsume {
             .token(c"LEASE")
             .optional()
             .multiple(),
+            FLOW_ARGS,
         ],
     };
 }
@@ -88,21 +89,22 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         if !blocking::can_block(ctx) {
             return Err(ERR_CANNOT_BLOCK.into());
         }
-        let keys = 2..2 + a.requests.len();
-        let now = |c: &Ctx| lease_now(c, args, &a);
-        return lease_wait::wait(ctx, args, ms, keys, c"tb.mconsume", lease_try, &now);
+        let now = |c: &Ctx| queued_now(c, args, &a);
+        let asks = lease_wait::Queued {
+            keys: 2..2 + a.requests.len(),
+            costs: a.requests.iter().map(|r| r.n).collect(),
+            flow: a.flow,
+        };
+        return lease_wait::wait(ctx, args, ms, asks, c"tb.mconsume", queued_try, &now);
     }
-    let (_, _, reply) = take(ctx, args, &a)?;
-    ctx.reply().ints(&reply);
+    let t = take(ctx, args, &a)?;
+    ctx.reply().ints(&t.reply);
     Ok(())
 }
 
-/// The call's write: the outcome's `allowed`, `retry_after_ms` and reply.
-fn take(
-    ctx: &Ctx,
-    args: &Args,
-    a: &parse::MconsumeArgs,
-) -> Result<(bool, i64, Vec<i64>), CmdError> {
+/// The call's write, as its queue try sees it: whether it was granted,
+/// the denial's wait, the part that makes it wait, and the reply.
+fn take(ctx: &Ctx, args: &Args, a: &parse::MconsumeArgs) -> Result<lease_wait::Try, CmdError> {
     let max = config::max_wait_ms();
     let mode = match (a.reserve_ms, a.atmost) {
         (None, Some(min)) => Mode::AtMost { min },
@@ -139,8 +141,11 @@ fn take(
         bucket::consume_all(&parts, Mode::All, now)
     };
     let any_held = keys.iter().any(|key| !key.leases().held.is_empty());
+    let mut blocking = 0;
     if (!o.allowed && any_held) || !short.is_empty() {
-        o.retry_after_ms = wait_with_leases(&o.need, &o.buckets, &keys, &short, now);
+        (o.retry_after_ms, blocking) = wait_with_leases(&o.need, &o.buckets, &keys, &short, now);
+    } else if !o.allowed && a.block_ms.is_some() {
+        blocking = wait_with_leases(&o.need, &o.buckets, &keys, &[], now).1;
     }
     let mut ids = vec![0u64; parts.len()];
     if o.allowed {
@@ -177,25 +182,30 @@ fn take(
     if any_lease {
         reply.extend(ids.iter().map(|&id| id as i64));
     }
-    Ok((o.allowed, o.retry_after_ms, reply))
-}
-
-/// The leases as without BLOCK, for the wait queue.
-fn lease_now(ctx: &Ctx, args: &Args, a: &parse::MconsumeArgs) -> Result<lease_wait::Try, CmdError> {
-    let (granted, retry_after_ms, reply) = take(ctx, args, a)?;
     Ok(lease_wait::Try {
-        granted,
-        retry_after_ms,
+        granted: o.allowed,
+        retry_after_ms: o.retry_after_ms,
+        never: a.requests.iter().any(|r| r.n > r.limits.capacity),
+        blocking,
         reply,
     })
 }
 
-/// One try of `TB.MCONSUME ... BLOCK ms LEASE ...` for the wait queue: the
-/// leases as without BLOCK; with `dry`, the denial, nothing written.
-fn lease_try(ctx: &Ctx, args: &Args, dry: bool) -> Result<lease_wait::Try, CmdError> {
+/// The call as without BLOCK, for the wait queue.
+fn queued_now(
+    ctx: &Ctx,
+    args: &Args,
+    a: &parse::MconsumeArgs,
+) -> Result<lease_wait::Try, CmdError> {
+    take(ctx, args, a)
+}
+
+/// One try of `TB.MCONSUME ... BLOCK ms` for the wait queue: the call as
+/// without BLOCK; with `dry`, the denial, nothing written.
+fn queued_try(ctx: &Ctx, args: &Args, dry: bool) -> Result<lease_wait::Try, CmdError> {
     let a = parse::mconsume_args(args)?;
     if !dry {
-        return lease_now(ctx, args, &a);
+        return take(ctx, args, &a);
     }
     let now = clock::now_us();
     let keys = (0..a.requests.len())
@@ -203,8 +213,8 @@ fn lease_try(ctx: &Ctx, args: &Args, dry: bool) -> Result<lease_wait::Try, CmdEr
         .collect::<Result<Vec<BucketKey<Read>>, _>>()?;
     let parts = parts_of(&a.requests, &keys, now);
     let o = bucket::consume_all(&parts, Mode::All, now);
-    let retry = if o.allowed {
-        0
+    let (retry, blocking) = if o.allowed {
+        (0, 0)
     } else {
         wait_with_leases(&o.need, &o.buckets, &keys, &[], now)
     };
@@ -214,40 +224,46 @@ fn lease_try(ctx: &Ctx, args: &Args, dry: bool) -> Result<lease_wait::Try, CmdEr
             .iter()
             .map(|p| p.stored.map_or(p.limits.capacity, |b| b.whole_tokens(now)) as i64),
     );
-    reply.extend(parts.iter().map(|_| 0));
+    if a.leases.iter().any(Option::is_some) {
+        reply.extend(parts.iter().map(|_| 0));
+    }
     Ok(lease_wait::Try {
         granted: false,
         retry_after_ms: retry,
+        never: a.requests.iter().any(|r| r.n > r.limits.capacity),
+        blocking,
         reply,
     })
 }
 
 /// The wait of a denial counting the held leases' expiry (each part waits
-/// for what it `need`s): the longest over
-/// the parts in `only` (the leased parts short now), or over every part when
-/// `only` is empty; -1 if one of them can never succeed.
+/// for what it `need`s): the longest over the parts in `only` (the leased
+/// parts short now), or over every part when `only` is empty; -1 if one of
+/// them can never succeed. With it, the part that makes the call wait (the
+/// first with the longest wait).
 fn wait_with_leases<M>(
     need: &[u64],
     buckets: &[bucket::Bucket],
     keys: &[BucketKey<M>],
     only: &[usize],
     now: i64,
-) -> i64 {
+) -> (i64, usize) {
     let all: Vec<usize> = (0..need.len()).collect();
     let which = if only.is_empty() { &all[..] } else { only };
-    let mut wait = 0u64;
+    let (mut wait, mut part) = (0u64, which.first().copied().unwrap_or(0));
     for &j in which {
         let b = &buckets[j];
         if need[j] > b.capacity {
-            return -1;
+            return (-1, j);
         }
         let level = need[j] as i128 * bucket::NANOS;
         match keys[j].leases().micros_until(b, level, now) {
-            Some(us) => wait = wait.max(us),
-            None => return -1,
+            Some(us) if us > wait => (wait, part) = (us, j),
+            Some(_) => {}
+            None => return (-1, j),
         }
     }
-    bucket::ceil_ms(wait)
+    (bucket::ceil_ms(wait), part)
 }
 
 /// Each key's stored bucket with the limits and `n` the call asks of it.

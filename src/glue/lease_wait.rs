@@ -1,9 +1,10 @@
-//! Server-side waiting for leases: `TB.CONSUME ... BLOCK ms LEASE ttl` and
-//! `TB.MCONSUME ... BLOCK ms LEASE part ttl`.
+//! Server-side waiting in a queue: `TB.CONSUME ... BLOCK ms` with `LEASE`
+//! or `FLOW`, and `TB.MCONSUME ... BLOCK ms`.
 //!
-//! A call whose leases cannot all be granted now (or that finds calls
-//! already waiting on one of its buckets) is queued, first come first
-//! served per bucket ([`crate::waitq`]), and its client blocked. No reply
+//! A call that cannot be granted now (or that finds calls already waiting
+//! on one of its buckets) is queued on one bucket, weighted fair across
+//! flows and first come first served within a flow ([`crate::waitq`]), and
+//! its client blocked. No reply
 //! callback ever writes: a waiting call is granted by running the
 //! command's own non-blocking path ([`Attempt`]) in a context where
 //! writing and replicating are ordinary, and the client is then unblocked
@@ -40,14 +41,21 @@ use redis_module::raw;
 use super::entry::{guard, Args, CmdError, CmdResult, Ctx};
 use super::reply::Replier;
 use super::{blocking, stats, waker};
+use crate::parse::Flow;
 use crate::waitq::{self, WaitQueue, WaiterId};
 
 /// What one try at a waiting call's leases gave.
 pub struct Try {
     /// The leases were granted (and written).
     pub granted: bool,
-    /// The denial's `retry_after_ms` (-1: cannot fit as asked).
+    /// The denial's `retry_after_ms` (-1: no refill or lease expiry will
+    /// make it fit; only a give-back can).
     pub retry_after_ms: i64,
+    /// The call asks more of a bucket than its capacity: it can never fit.
+    pub never: bool,
+    /// Which of the call's buckets makes a denial wait (an index into its
+    /// keys): the call waits in that bucket's queue.
+    pub blocking: usize,
     /// The reply the call sends, as its non-blocking form answers.
     pub reply: Vec<i64>,
 }
@@ -62,10 +70,31 @@ type QKey = (c_int, Vec<u8>);
 /// A blocked client's handle, as Redis gives it.
 type Handle = *mut raw::RedisModuleBlockedClient;
 
+/// What a queued call asks: its keys (argument indices), the tokens it
+/// asks of each, in key order, and its flow (`None`: the default flow).
+pub struct Queued<'a> {
+    /// The arguments that are its keys.
+    pub keys: Range<usize>,
+    /// Tokens asked of each key, in key order: its cost in a key's queue.
+    pub costs: Vec<u64>,
+    /// `FLOW name [WEIGHT w]`.
+    pub flow: Option<Flow<'a>>,
+}
+
+/// The flow of calls that wait without naming one (no name can be empty).
+const DEFAULT_FLOW: Flow<'static> = Flow {
+    name: b"",
+    weight: 1,
+};
+
 /// A waiting call.
 struct Waiter {
     bc: Handle,
     db: c_int,
+    /// Its buckets and the tokens it asks of each, in key order: it moves
+    /// to the queue of the one that makes it wait.
+    keys: Vec<QKey>,
+    costs: Vec<u64>,
     /// The call's arguments, one reference each (released on drop).
     argv: Vec<NonNull<raw::RedisModuleString>>,
     event: &'static CStr,
@@ -107,9 +136,29 @@ thread_local! {
     static TIMER_CTX: Cell<*mut raw::RedisModuleCtx> = const { Cell::new(std::ptr::null_mut()) };
 }
 
-/// Number of calls waiting for leases.
+/// Number of calls waiting in a queue.
 pub fn count() -> usize {
     STATE.with(|s| s.borrow().waiters.len())
+}
+
+/// Flows with a call waiting, summed over the buckets.
+pub fn flow_count() -> usize {
+    STATE.with(|s| s.borrow().queue.flow_count())
+}
+
+/// The calls waiting on bucket `key` of the selected database, and its
+/// flows as `(name, weight, waiting)` in the order they are served next.
+pub fn waiting_on(ctx: &Ctx<'_>, key: &[u8]) -> (usize, Vec<(Vec<u8>, u64, usize)>) {
+    let k = (selected_db(ctx.as_ptr()), key.to_vec());
+    STATE.with(|s| {
+        let s = s.borrow();
+        let flows = s.queue.flows(&k);
+        let flows = flows
+            .iter()
+            .map(|f| (f.name.to_vec(), f.weight, f.waiting))
+            .collect();
+        (s.queue.waiting(&k), flows)
+    })
 }
 
 fn recount() {
@@ -149,36 +198,64 @@ fn selected_db(ctx: *mut raw::RedisModuleCtx) -> c_int {
     unsafe { raw::RedisModule_GetSelectedDb.unwrap()(ctx) }
 }
 
-/// Runs a `BLOCK ms` + `LEASE` call whose keys are arguments `keys`: granted
-/// now when nobody waits on its buckets and everything fits, else queued
-/// and blocked for at most `wait_ms` (answered at once when it can never
-/// fit, when `wait_ms` is 0, or when no more clients may block). `now` is
-/// `attempt` with the arguments the command parsed already.
+/// Runs a call that waits in a queue (`BLOCK ms` with `LEASE` or `FLOW`,
+/// or `TB.MCONSUME ... BLOCK ms`): granted now when nobody waits on its
+/// buckets and everything fits, else queued and blocked for at most
+/// `wait_ms` (answered at once when it asks more than a bucket holds, when
+/// `wait_ms` is 0, or when no more clients may block). A call that only a
+/// give-back can serve (a bucket of rate 0) waits for one. `now` is `attempt` with the
+/// arguments the command parsed already.
 pub fn wait(
     ctx: &Ctx<'_>,
     args: &Args<'_>,
     wait_ms: u64,
-    keys: Range<usize>,
+    asks: Queued<'_>,
     event: &'static CStr,
     attempt: Attempt,
     now: &dyn Fn(&Ctx<'_>) -> Result<Try, CmdError>,
 ) -> CmdResult {
     let db = selected_db(ctx.as_ptr());
-    let qkeys: Vec<QKey> = keys.map(|i| (db, args.bytes(i).to_vec())).collect();
-    let queued = STATE.with(|s| s.borrow().queue.is_waited(&qkeys));
+    let qkeys: Vec<QKey> = asks.keys.map(|i| (db, args.bytes(i).to_vec())).collect();
+    let waited = STATE.with(|s| {
+        let s = s.borrow();
+        let first = s.queue.first_waited(&qkeys);
+        first.and_then(|k| qkeys.iter().position(|q| q == k))
+    });
     let room = wait_ms > 0 && blocking::has_room(ctx);
     let mut retry = None;
-    if !queued || !room {
+    let mut on = waited.unwrap_or(0);
+    if waited.is_none() || !room {
         let t = now(ctx)?;
-        if t.granted || t.retry_after_ms < 0 || !room {
+        if t.granted || t.never || !room {
             ctx.reply().ints(&t.reply);
             return Ok(());
         }
         retry = Some(t.retry_after_ms);
+        on = t.blocking;
     }
-    match block(ctx, args, wait_ms, qkeys, event, attempt) {
-        // First in line: tried again when it may fit.
-        Some(id) => retry.into_iter().for_each(|ms| schedule_ready(id, ms)),
+    let flow = asks.flow.unwrap_or(DEFAULT_FLOW);
+    let queued = Queue {
+        keys: qkeys,
+        costs: asks.costs,
+        on,
+        flow,
+    };
+    match block(ctx, args, wait_ms, queued, event, attempt) {
+        Some(id) => match retry {
+            // Alone in its queue: tried again when it may fit.
+            Some(ms) => schedule_ready(id, ms),
+            // Behind others, unless its flow puts it first in line: then it
+            // is tried at once (from a timer, where writing is ordinary).
+            None => {
+                let first = STATE.with(|s| {
+                    let s = s.borrow();
+                    s.queue.is_first(id).then(|| s.queue.key_of(id).cloned())
+                });
+                if let Some(Some(k)) = first {
+                    next_in_line(k);
+                }
+            }
+        },
         None => {
             let t = attempt(ctx, args, true)?;
             ctx.reply().ints(&t.reply);
@@ -187,11 +264,20 @@ pub fn wait(
     Ok(())
 }
 
+/// Where a call is queued: its keys, costs, the index of the key whose
+/// queue it joins, and its flow.
+struct Queue<'a> {
+    keys: Vec<QKey>,
+    costs: Vec<u64>,
+    on: usize,
+    flow: Flow<'a>,
+}
+
 fn block(
     ctx: &Ctx<'_>,
     args: &Args<'_>,
     wait_ms: u64,
-    qkeys: Vec<QKey>,
+    q: Queue<'_>,
     event: &'static CStr,
     attempt: Attempt,
 ) -> Option<WaiterId> {
@@ -227,8 +313,12 @@ fn block(
         .collect();
     // SAFETY: bc is the handle just returned.
     unsafe { raw::RedisModule_SetDisconnectCallback.unwrap()(bc, Some(disconnected)) };
-    let db = qkeys[0].0;
-    let id = STATE.with(|s| s.borrow_mut().queue.push(qkeys));
+    let db = q.keys[0].0;
+    let (key, cost) = (q.keys[q.on].clone(), q.costs[q.on]);
+    let id = STATE.with(|s| {
+        let queue = &mut s.borrow_mut().queue;
+        queue.push(key, q.flow.name, q.flow.weight, cost)
+    });
     let timeout = Some(waker::create(
         Duration::from_millis(wait_ms),
         deadline_came,
@@ -242,6 +332,8 @@ fn block(
             Waiter {
                 bc,
                 db,
+                keys: q.keys,
+                costs: q.costs,
                 argv,
                 event,
                 attempt,
@@ -262,7 +354,7 @@ pub fn after_give_back(ctx: &Ctx<'_>, key: &[u8]) {
         return;
     }
     let k = (selected_db(ctx.as_ptr()), key.to_vec());
-    serve(ctx.as_ptr(), vec![k]);
+    serve(ctx.as_ptr(), k);
 }
 
 /// What a blocked client is answered.
@@ -284,25 +376,29 @@ impl From<CmdError> for Reply {
     }
 }
 
-/// Takes a waiter out of everything (queue, tables, timers). With
+/// Takes a waiter out of everything (queue, tables, timers); `served`
+/// when it was granted (its grant counts for its flow's share). With
 /// `hand_over` (it leaves without a grant), its ready timer goes to the
 /// next in line if that one asks the same and has none: it may fit at the
-/// same time, and nothing else need run now. Returns the waiter, its keys,
-/// and whether its timer was handed over.
-fn take(id: WaiterId, hand_over: bool) -> Option<(Waiter, Vec<QKey>, bool)> {
-    let (mut w, keys, handed) = STATE.with(|s| {
+/// same time, and nothing else need run now. Returns the waiter, the key it
+/// waited on, and whether its timer was handed over.
+fn take(id: WaiterId, hand_over: bool, served: bool) -> Option<(Waiter, QKey, bool)> {
+    let (mut w, key, handed) = STATE.with(|s| {
         let s = &mut *s.borrow_mut();
         let mut w = s.waiters.remove(&id)?;
         s.by_handle.remove(&(w.bc as usize));
-        let keys = s.queue.remove(id).unwrap_or_default();
+        let key = if served {
+            s.queue.served(id)
+        } else {
+            s.queue.remove(id)
+        }?;
         let mut handed = false;
         if let (true, Some((timer, ticket))) = (hand_over, w.ready) {
-            let next = keys.first().and_then(|k| s.queue.first(k));
-            if let Some(n) = next.and_then(|n| s.waiters.get_mut(&n).map(|nw| (n, nw))) {
-                let (n, nw) = n;
-                let same = s.queue.keys_of(n) == Some(&keys[..])
-                    && waitq::same_request(&arg_bytes(&w.argv), &arg_bytes(&nw.argv));
-                if same && nw.ready.is_none() {
+            let next = s.queue.first(&key);
+            if let Some((n, nw)) = next.and_then(|n| s.waiters.get_mut(&n).map(|nw| (n, nw))) {
+                if waitq::same_request(&arg_bytes(&w.argv), &arg_bytes(&nw.argv))
+                    && nw.ready.is_none()
+                {
                     nw.ready = Some((timer, ticket));
                     s.tickets.insert(ticket, n);
                     w.ready = None;
@@ -310,7 +406,7 @@ fn take(id: WaiterId, hand_over: bool) -> Option<(Waiter, Vec<QKey>, bool)> {
                 }
             }
         }
-        Some((w, keys, handed))
+        Some((w, key, handed))
     })?;
     if let Some(t) = w.timeout.take() {
         waker::stop(t);
@@ -320,7 +416,7 @@ fn take(id: WaiterId, hand_over: bool) -> Option<(Waiter, Vec<QKey>, bool)> {
         STATE.with(|s| s.borrow_mut().tickets.remove(&ticket));
     }
     recount();
-    Some((w, keys, handed))
+    Some((w, key, handed))
 }
 
 /// The bytes of retained arguments.
@@ -376,31 +472,47 @@ fn try_waiter(
     Some(attempt(&c, &a, dry))
 }
 
-/// Tries the first in line on each bucket of `work`, granting while they
-/// fit; a first in line that does not fit gets a timer for when it may.
-fn serve(ctx: *mut raw::RedisModuleCtx, mut work: Vec<QKey>) {
+/// Tries the first in line of `key`'s queue, granting while they fit. A
+/// first in line that does not fit waits in the queue of the bucket that
+/// makes it wait (it moves there if that is another of its buckets) with a
+/// timer for when it may fit.
+fn serve(ctx: *mut raw::RedisModuleCtx, key: QKey) {
     let Some(ctx) = NonNull::new(ctx) else { return };
     let db = selected_db(ctx.as_ptr());
     let mut denied = HashSet::new();
+    let mut work = vec![key];
     while let Some(k) = work.pop() {
         while let Some(id) = STATE.with(|s| s.borrow().queue.first(&k)) {
-            if denied.contains(&id) {
+            if !denied.insert(id) {
                 break;
             }
             match try_waiter(ctx, id, false) {
                 Some(Ok(t)) if !t.granted => {
-                    schedule_ready(id, t.retry_after_ms);
-                    denied.insert(id);
-                    break;
+                    let moved = STATE.with(|s| {
+                        let s = &mut *s.borrow_mut();
+                        let w = s.waiters.get(&id)?;
+                        let (to, cost) = (w.keys.get(t.blocking)?.clone(), w.costs[t.blocking]);
+                        (to != k).then(|| {
+                            s.queue.move_to(id, to.clone(), cost);
+                            to
+                        })
+                    });
+                    if STATE.with(|s| s.borrow().queue.is_first(id)) {
+                        schedule_ready(id, t.retry_after_ms);
+                    }
+                    match moved {
+                        // The next in line here may fit.
+                        Some(to) => work.push(to),
+                        None => break,
+                    }
                 }
                 Some(outcome) => {
-                    if let Some((w, keys, _)) = take(id, false) {
+                    if let Some((w, _, _)) = take(id, false, true) {
                         let reply = match outcome {
                             Ok(t) => Reply::Ints(t.reply),
                             Err(e) => e.into(),
                         };
                         hand_back(w.bc, Some(reply));
-                        work.extend(keys.into_iter().filter(|x| *x != k));
                     }
                 }
                 None => break,
@@ -461,34 +573,36 @@ fn ready_due(data: *mut c_void) {
 extern "C" fn ready_fired(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     guard((), || {
         let ticket = data as usize as u64;
-        let keys = STATE.with(|s| {
+        let key = STATE.with(|s| {
             let s = &mut *s.borrow_mut();
             let id = s.tickets.remove(&ticket)?;
             if let Some(w) = s.waiters.get_mut(&id) {
                 w.ready = None;
             }
-            s.queue.keys_of(id).map(<[QKey]>::to_vec)
+            s.queue.key_of(id).cloned()
         });
-        if let Some(keys) = keys {
-            serve(ctx, keys);
+        if let Some(key) = key {
+            serve(ctx, key);
         }
     })
 }
 
-/// Tries the buckets a first in line left (data: a `Box<Vec<QKey>>`).
+/// Tries the queue of a bucket whose first in line changed (data: a
+/// `Box<QKey>`).
 extern "C" fn serve_later(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     guard((), || {
         // SAFETY: data is the box leaked in `next_in_line`, used once.
-        let keys = unsafe { Box::from_raw(data.cast::<Vec<QKey>>()) };
-        serve(ctx, *keys);
+        let key = unsafe { Box::from_raw(data.cast::<QKey>()) };
+        serve(ctx, *key);
     })
 }
 
-/// After a first in line left without a grant: a timer tries the next in
-/// line on its buckets at once (from a context where writing is ordinary).
-fn next_in_line(keys: Vec<QKey>) {
-    if STATE.with(|s| s.borrow().queue.is_waited(&keys)) {
-        let data = Box::into_raw(Box::new(keys));
+/// After the first in line of `key` changed without a grant (it left, or
+/// a newcomer's flow put it first): a timer tries the new first in line at
+/// once (from a context where writing is ordinary).
+fn next_in_line(key: QKey) {
+    if STATE.with(|s| s.borrow().queue.is_waited(std::slice::from_ref(&key))) {
+        let data = Box::into_raw(Box::new(key));
         let ctx = TIMER_CTX.with(Cell::get);
         // SAFETY: main thread; ctx is the module's detached context; the
         // box is taken back by serve_later, the one place that frees it
@@ -515,22 +629,22 @@ fn deadline_came(data: *mut c_void) {
 extern "C" fn timed_out(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     guard((), || {
         let id = data as usize as WaiterId;
-        let keys = STATE.with(|s| s.borrow().queue.keys_of(id).map(<[QKey]>::to_vec));
-        let Some(keys) = keys else { return };
-        serve(ctx, keys);
+        let key = STATE.with(|s| s.borrow().queue.key_of(id).cloned());
+        let Some(key) = key else { return };
+        serve(ctx, key);
         let Some(nn) = NonNull::new(ctx) else { return };
         if let Some(Some(outcome)) = STATE
             .with(|s| s.borrow().waiters.contains_key(&id))
             .then(|| try_waiter(nn, id, true))
         {
-            if let Some((w, keys, handed)) = take(id, true) {
+            if let Some((w, key, handed)) = take(id, true, false) {
                 let reply = match outcome {
                     Ok(t) => Reply::Ints(t.reply),
                     Err(e) => e.into(),
                 };
                 hand_back(w.bc, Some(reply));
                 if !handed {
-                    serve(ctx, keys);
+                    serve(ctx, key);
                 }
             }
         }
@@ -543,7 +657,7 @@ extern "C" fn timed_out(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
 pub fn unblock_all(msg: &str) {
     let ids: Vec<WaiterId> = STATE.with(|s| s.borrow().waiters.keys().copied().collect());
     for id in ids {
-        if let Some((w, _, _)) = take(id, false) {
+        if let Some((w, _, _)) = take(id, false, false) {
             hand_back(w.bc, Some(Reply::Error(msg.to_string())));
         }
     }
@@ -557,10 +671,10 @@ extern "C" fn disconnected(_ctx: *mut raw::RedisModuleCtx, bc: Handle) {
             return;
         };
         let first = STATE.with(|s| s.borrow().queue.is_first(id));
-        if let Some((w, keys, handed)) = take(id, true) {
+        if let Some((w, key, handed)) = take(id, true, false) {
             hand_back(w.bc, None);
             if first && !handed {
-                next_in_line(keys);
+                next_in_line(key);
             }
         }
     })
@@ -586,7 +700,7 @@ extern "C" fn unblocked_early(
             Some(id) => {
                 let first = STATE.with(|s| s.borrow().queue.is_first(id));
                 let outcome = try_waiter(nn, id, true);
-                if let Some((w, keys, handed)) = take(id, true) {
+                if let Some((w, key, handed)) = take(id, true, false) {
                     send(
                         r,
                         outcome.map_or_else(
@@ -599,7 +713,7 @@ extern "C" fn unblocked_early(
                     );
                     hand_back(w.bc, None);
                     if first && !handed {
-                        next_in_line(keys);
+                        next_in_line(key);
                     }
                 }
             }

@@ -189,6 +189,8 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
             "blocked_now",
             BLOCKED_NOW.load(Ordering::Relaxed).to_string(),
         )?;
+        section = section.field("waiting_calls", super::lease_wait::count().to_string())?;
+        section = section.field("waiting_flows", super::lease_wait::flow_count().to_string())?;
         section = section.field(
             "eviction_policy_can_evict_buckets",
             u8::from(super::eviction::can_evict_buckets()).to_string(),

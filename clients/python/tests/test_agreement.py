@@ -663,8 +663,12 @@ ERROR_CALLS: dict[str, tuple[tuple[Any, ...], str]] = {
     "ERR a key appears twice in TB.MCONSUME": (("TB.MCONSUME", "2", "e", "e", "1", "5", "1", "1", "5", "1"), ""),
     "ERR unknown option: TB.MCONSUME takes RESERVE ms, or ATMOST [MIN chunk], and LEASE part ttl-ms":
         (("TB.MCONSUME", "1", "e", "1", "5", "1", "WAIT", "5"), ""),
-    "ERR BLOCK in TB.MCONSUME waits for leases: it needs LEASE and cannot be combined with RESERVE or ATMOST":
-        (("TB.MCONSUME", "1", "e", "1", "5", "1", "BLOCK", "5"), ""),
+    "ERR BLOCK cannot be combined with RESERVE or ATMOST":
+        (("TB.MCONSUME", "1", "e", "1", "5", "1", "BLOCK", "5", "ATMOST"), ""),
+    "ERR FLOW needs BLOCK": (("TB.CONSUME", "e", "1", "5", "1", "RESERVE", "5", "FLOW", "a"), ""),
+    "ERR FLOW takes a name of 1 to 128 bytes": (("TB.MCONSUME", "1", "e", "1", "5", "1", "BLOCK", "5", "FLOW", "x" * 129), ""),
+    "ERR WEIGHT takes an integer from 1 to 1000000, after FLOW name":
+        (("TB.CONSUME", "e", "1", "5", "BLOCK", "5", "FLOW", "a", "WEIGHT", "1000001"), ""),
     "ERR MIN takes a chunk, an integer from 1 to capacity": (("TB.CONSUME", "e", "1", "5", "9", "ATMOST", "MIN", "6"), ""),
     "ERR MIN needs ATMOST": (("TB.CONSUME", "e", "1", "5", "9", "MIN", "2"), ""),
     "WRONGTYPE Operation against a key holding the wrong kind of value": (("TB.INFO", "str"), ""),

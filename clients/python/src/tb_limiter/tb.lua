@@ -64,7 +64,10 @@ local ERR_WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind 
 local ERR_LEASE_TTL = 'ERR LEASE takes a TTL in milliseconds, an integer from 1 to 86400000'
 local ERR_LEASE_TWICE = 'ERR LEASE given twice'
 local ERR_LEASE_MODE = 'ERR LEASE cannot be combined with RESERVE or ATMOST'
-local ERR_MCONSUME_BLOCK = 'ERR BLOCK in TB.MCONSUME waits for leases: it needs LEASE and cannot be combined with RESERVE or ATMOST'
+local ERR_MCONSUME_BLOCK = 'ERR BLOCK cannot be combined with RESERVE or ATMOST'
+local ERR_FLOW_BLOCK = 'ERR FLOW needs BLOCK'
+local ERR_FLOW_NAME = 'ERR FLOW takes a name of 1 to 128 bytes'
+local ERR_WEIGHT = 'ERR WEIGHT takes an integer from 1 to 1000000, after FLOW name'
 local ERR_LEASE_N = 'ERR LEASE needs n of at least 1'
 local ERR_LEASE_FULL = 'ERR the bucket holds 1024 leases already: release some or wait for them to expire'
 local ERR_LEASE_ID = 'ERR lease-id must be an integer from 0 to 9007199254740992'
@@ -844,6 +847,19 @@ local function consume(stored, rn, rd, c, n, mode, max_wait_us, minc, now)
   return { allowed, whole_tokens(b, now), retry, reset_after_ms(b, now), granted }, b, dirty, kind
 end
 
+-- FLOW name [WEIGHT w] at args[j] (parse::flow_at): the flow's name and the
+-- number of arguments it took, or nil and the error.
+local function parse_flow(args, j)
+  local name = args[j + 1]
+  if name == nil or #name == 0 or #name > 128 then return nil, ERR_FLOW_NAME end
+  if args[j + 2] and args[j + 2]:upper() == 'WEIGHT' then
+    local w = parse_int(args[j + 3] or '', '1000000', ERR_WEIGHT)
+    if not w or w == 0 then return nil, ERR_WEIGHT end
+    return name, 4
+  end
+  return name, 2
+end
+
 local function cmd_consume(args)
   if #args < 2 then
     return err("ERR wrong number of arguments for 'tb.consume' command")
@@ -852,6 +868,28 @@ local function cmd_consume(args)
   if not rn then return err(rd) end
   local c, e = parse_int(args[2], MAX_AMOUNT_STR, ERR_CAPACITY)
   if not c then return err(e) end
+  -- FLOW name [WEIGHT w], anywhere after capacity (parse::split_flow): only
+  -- checked here, since only the module can wait in a queue.
+  local flow = nil
+  do
+    local rest, j = { args[1], args[2] }, 3
+    while args[j] do
+      local up = args[j]:upper()
+      if up == 'FLOW' then
+        if flow ~= nil then return err(ERR_OPTION) end
+        local used
+        flow, used = parse_flow(args, j)
+        if not flow then return err(used) end
+        j = j + used
+      elseif up == 'WEIGHT' then
+        return err(ERR_WEIGHT)
+      else
+        rest[#rest + 1] = args[j]
+        j = j + 1
+      end
+    end
+    args = rest
+  end
   -- LEASE ttl-ms [KEEP], anywhere after capacity (parse::split_lease)
   local lease_ttl, lease_keep = nil, false
   do
@@ -911,6 +949,7 @@ local function cmd_consume(args)
     if atmost or wait == 'RESERVE' then return err(ERR_LEASE_MODE) end
     if n == 0 then return err(ERR_LEASE_N) end
   end
+  if flow ~= nil and wait ~= 'BLOCK' then return err(ERR_FLOW_BLOCK) end
   local mode = 'all'
   if wait ~= nil then
     if wait_ms > MAX_WAIT_MS then return err(ERR_TOO_LONG) end
@@ -950,10 +989,18 @@ local function cmd_mconsume(args)
   local mode, max_wait_us, minc = 'all', 0, 1
   local chunk = nil
   local leased, kept, any_lease, reserve, block = {}, {}, false, nil, nil
+  local flow = nil
   local at = triples + 1
   while at <= #args do
     local up = args[at]:upper()
-    if up == 'LEASE' then
+    if up == 'FLOW' and flow == nil then
+      local used
+      flow, used = parse_flow(args, at)
+      if not flow then return err(used) end
+      at = at + used
+    elseif up == 'WEIGHT' then
+      return err(ERR_WEIGHT)
+    elseif up == 'LEASE' then
       if at + 2 > #args then return err(ERR_LEASE_PART) end
       local part = parse_int(args[at + 1], tostring(k), ERR_LEASE_PART)
       if not part or part == 0 then return err(ERR_LEASE_PART) end
@@ -997,9 +1044,10 @@ local function cmd_mconsume(args)
   -- partial.
   if mode == 'atmost' and reserve ~= nil then return err(ERR_MOPTION) end
   if mode == 'atmost' and any_lease then return err(ERR_LEASE_MODE) end
-  if block ~= nil and (reserve ~= nil or mode == 'atmost' or not any_lease) then
+  if block ~= nil and (reserve ~= nil or mode == 'atmost') then
     return err(ERR_MCONSUME_BLOCK)
   end
+  if flow ~= nil and block == nil then return err(ERR_FLOW_BLOCK) end
   if reserve ~= nil then
     if reserve > MAX_WAIT_MS then return err(ERR_TOO_LONG) end
     mode, max_wait_us = 'reserve', reserve * 1000
@@ -1031,7 +1079,7 @@ local function cmd_mconsume(args)
   for j = 1, k do
     if leased[j] and parts[j].n == 0 then return err(ERR_LEASE_N) end
   end
-  -- BLOCK waits server-side for the leases: only the module can hold a reply.
+  -- BLOCK waits server-side: only the module can hold a reply.
   if block ~= nil then
     if block > MAX_WAIT_MS then return err(ERR_TOO_LONG) end
     return err(ERR_CANNOT_BLOCK)

@@ -1,0 +1,336 @@
+//! Fair share under saturation (`BLOCK ms ... FLOW name [WEIGHT w]`, issue
+//! 22), through real servers: the grammar, grants split between flows by
+//! weight while they wait, a flow alone gets everything, the queue visible
+//! in `TB.INFO` and `INFO tb`, a waiter that leaves, a role change, and the
+//! admission bound.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{answer, err, info_tb, ints, Server};
+
+/// `TB.INFO key`'s `waiting` and per-flow `waiting_flows` (name -> waiting).
+fn queue_of(c: &mut redis::Connection, key: &str) -> (i64, HashMap<String, (i64, i64)>) {
+    let info: Vec<redis::Value> = redis::cmd("TB.INFO").arg(key).query(c).unwrap();
+    let field = |name: &str| {
+        info.iter()
+            .position(|v| *v == redis::Value::BulkString(name.as_bytes().to_vec()))
+            .map(|i| info[i + 1].clone())
+    };
+    let waiting = match field("waiting") {
+        Some(redis::Value::Int(n)) => n,
+        None => 0,
+        v => panic!("waiting: {v:?}"),
+    };
+    let mut flows = HashMap::new();
+    if let Some(redis::Value::Array(f)) = field("waiting_flows") {
+        for t in f.chunks(3) {
+            match t {
+                [redis::Value::BulkString(name), redis::Value::Int(w), redis::Value::Int(n)] => {
+                    flows.insert(String::from_utf8(name.clone()).unwrap(), (*w, *n));
+                }
+                _ => panic!("waiting_flows: {f:?}"),
+            }
+        }
+    }
+    (waiting, flows)
+}
+
+fn blocked(c: &mut redis::Connection) -> i64 {
+    info_tb(c)["tb_blocked_now"]
+}
+
+/// A call on `key` (rate 0, capacity 1: only a give-back frees a token)
+/// waiting in `flow` with `weight`.
+fn queued<'a>(key: &'a str, flow: &'a str, weight: &'a str) -> Vec<&'a str> {
+    vec![
+        "TB.CONSUME",
+        key,
+        "0",
+        "1",
+        "1",
+        "BLOCK",
+        "60000",
+        "FLOW",
+        flow,
+        "WEIGHT",
+        weight,
+    ]
+}
+
+#[test]
+fn flow_grammar_errors_change_nothing() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let long = "x".repeat(129);
+    let cases: &[(&[&str], &str)] = &[
+        (&["TB.CONSUME", "g", "1", "1", "1", "FLOW", "a"], "ERR FLOW needs BLOCK"),
+        (
+            &["TB.CONSUME", "g", "1", "1", "1", "RESERVE", "10", "FLOW", "a"],
+            "ERR FLOW needs BLOCK",
+        ),
+        (
+            &["TB.CONSUME", "g", "1", "1", "BLOCK", "10", "FLOW", ""],
+            "ERR FLOW takes a name of 1 to 128 bytes",
+        ),
+        (
+            &["TB.CONSUME", "g", "1", "1", "BLOCK", "10", "FLOW", &long],
+            "ERR FLOW takes a name of 1 to 128 bytes",
+        ),
+        (
+            &["TB.CONSUME", "g", "1", "1", "BLOCK", "10", "FLOW"],
+            "ERR FLOW takes a name of 1 to 128 bytes",
+        ),
+        (
+            &["TB.CONSUME", "g", "1", "1", "BLOCK", "10", "FLOW", "a", "WEIGHT", "0"],
+            "ERR WEIGHT takes an integer from 1 to 1000000, after FLOW name",
+        ),
+        (
+            &["TB.CONSUME", "g", "1", "1", "BLOCK", "10", "FLOW", "a", "WEIGHT", "1000001"],
+            "ERR WEIGHT takes an integer from 1 to 1000000, after FLOW name",
+        ),
+        (
+            &["TB.CONSUME", "g", "1", "1", "BLOCK", "10", "WEIGHT", "2"],
+            "ERR WEIGHT takes an integer from 1 to 1000000, after FLOW name",
+        ),
+        (
+            &["TB.MCONSUME", "1", "g", "1", "1", "1", "FLOW", "a"],
+            "ERR FLOW needs BLOCK",
+        ),
+        (
+            &["TB.MCONSUME", "1", "g", "1", "1", "1", "BLOCK", "10", "FLOW", "a", "FLOW", "b"],
+            "ERR unknown option: TB.MCONSUME takes RESERVE ms, or ATMOST [MIN chunk], and LEASE part ttl-ms",
+        ),
+        (
+            &["TB.MCONSUME", "1", "g", "1", "1", "1", "BLOCK", "10", "ATMOST", "FLOW", "a"],
+            "ERR BLOCK cannot be combined with RESERVE or ATMOST",
+        ),
+    ];
+    for (args, want) in cases {
+        assert_eq!(err(&mut c, args), *want, "{args:?}");
+    }
+    let n: i64 = redis::cmd("DBSIZE").query(&mut c).unwrap();
+    assert_eq!(n, 0, "an error writes nothing");
+    // A flow named like a keyword is just a name.
+    let r = ints(
+        &mut c,
+        &[
+            "TB.CONSUME",
+            "g",
+            "1",
+            "2",
+            "BLOCK",
+            "10",
+            "FLOW",
+            "LEASE",
+            "WEIGHT",
+            "5",
+        ],
+    );
+    assert_eq!(r, [1, 1, 0, 1000, 1]);
+    let r = ints(
+        &mut c,
+        &[
+            "TB.MCONSUME",
+            "1",
+            "g",
+            "1",
+            "2",
+            "1",
+            "FLOW",
+            "FLOW",
+            "BLOCK",
+            "10",
+        ],
+    );
+    assert_eq!(r, [1, 0, 0]);
+}
+
+/// Grants one token at a time by giving one back (`TB.REFUND`, which serves
+/// the first in line before any other client runs), and reads which flow
+/// was served from the queue the bucket shows: the order of service, free
+/// of any timing.
+fn serve_one_at_a_time(c: &mut redis::Connection, key: &str, grants: usize) -> Vec<String> {
+    let mut order = Vec::new();
+    let (_, mut before) = queue_of(c, key);
+    for _ in 0..grants {
+        ints(c, &["TB.REFUND", key, "1"]);
+        let (_, after) = queue_of(c, key);
+        let served: Vec<&String> = before
+            .iter()
+            .filter(|(name, (_, n))| after.get(*name).map_or(0, |f| f.1) != *n)
+            .map(|(name, _)| name)
+            .collect();
+        assert_eq!(served.len(), 1, "{before:?} -> {after:?}");
+        order.push(served[0].clone());
+        before = after;
+    }
+    order
+}
+
+/// Queues `n` calls of `flow` on `key`, each after the one before is seen
+/// waiting; returns their connections.
+fn queue_calls(
+    s: &Server,
+    c: &mut redis::Connection,
+    key: &str,
+    flow: &str,
+    weight: &str,
+    n: usize,
+) -> Vec<redis::Connection> {
+    (0..n)
+        .map(|_| {
+            let before = blocked(c);
+            let (w, _) = s.send(&queued(key, flow, weight));
+            s.wait_for("the call to queue", Duration::from_secs(10), |c| {
+                blocked(c) == before + 1
+            });
+            w
+        })
+        .collect()
+}
+
+/// Flow a has 20 calls waiting, flow b then brings 5, equal weights: b gets
+/// every other grant while both wait, then a gets all of them.
+#[test]
+fn equal_weights_alternate_while_both_flows_wait() {
+    let s = Server::start();
+    let mut c = s.conn();
+    assert_eq!(ints(&mut c, &["TB.CONSUME", "k", "0", "1", "1"])[0], 1);
+    let a = queue_calls(&s, &mut c, "k", "a", "1", 20);
+    let b = queue_calls(&s, &mut c, "k", "b", "1", 5);
+    let (waiting, flows) = queue_of(&mut c, "k");
+    assert_eq!(waiting, 25);
+    assert_eq!(flows["a"], (1, 20));
+    assert_eq!(flows["b"], (1, 5));
+    let tb = info_tb(&mut c);
+    assert_eq!((tb["tb_waiting_calls"], tb["tb_waiting_flows"]), (25, 2));
+    let order = serve_one_at_a_time(&mut c, "k", 25);
+    let b_in_first_ten = order[..10].iter().filter(|f| *f == "b").count();
+    assert_eq!(b_in_first_ten, 5, "{order:?}");
+    assert!(order[10..].iter().all(|f| f == "a"), "{order:?}");
+    for mut w in a.into_iter().chain(b) {
+        assert_eq!(answer(&mut w).unwrap(), [1, 0, 0, -1, 1]);
+    }
+    assert_eq!(queue_of(&mut c, "k").0, 0);
+    let tb = info_tb(&mut c);
+    assert_eq!((tb["tb_waiting_calls"], tb["tb_waiting_flows"]), (0, 0));
+}
+
+/// Weights 3:1: three grants to a for each to b, while both wait.
+#[test]
+fn weights_three_to_one() {
+    let s = Server::start();
+    let mut c = s.conn();
+    ints(&mut c, &["TB.CONSUME", "k", "0", "1", "1"]);
+    let _a = queue_calls(&s, &mut c, "k", "a", "3", 30);
+    let _b = queue_calls(&s, &mut c, "k", "b", "1", 10);
+    let order = serve_one_at_a_time(&mut c, "k", 32);
+    for window in order.chunks(4) {
+        let b = window.iter().filter(|f| *f == "b").count();
+        assert_eq!(b, 1, "{order:?}");
+    }
+}
+
+/// A waiter that hangs up leaves its flow's line at once and holds
+/// nothing; the next one is served in its place.
+#[test]
+fn a_waiter_that_leaves_gives_up_its_turn() {
+    let s = Server::start();
+    let mut c = s.conn();
+    ints(&mut c, &["TB.CONSUME", "k", "0", "1", "1"]);
+    let a = queue_calls(&s, &mut c, "k", "a", "1", 2);
+    let mut b = queue_calls(&s, &mut c, "k", "b", "1", 1);
+    drop(a);
+    s.wait_for("the calls to leave", Duration::from_secs(10), |c| {
+        blocked(c) == 1
+    });
+    let (waiting, flows) = queue_of(&mut c, "k");
+    assert_eq!((waiting, flows.len()), (1, 1));
+    ints(&mut c, &["TB.REFUND", "k", "1"]);
+    assert_eq!(answer(&mut b[0]).unwrap(), [1, 0, 0, -1, 1]);
+}
+
+/// A master that turns replica answers its flows' waiting calls
+/// -UNBLOCKED, as for BLOCK.
+#[test]
+fn a_role_change_answers_unblocked() {
+    let m = Server::start();
+    let other = Server::start();
+    let mut c = m.conn();
+    ints(&mut c, &["TB.CONSUME", "k", "0", "1", "1"]);
+    let mut w = queue_calls(&m, &mut c, "k", "a", "1", 1);
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(other.port)
+        .query(&mut c)
+        .unwrap();
+    let e = answer(&mut w[0]).unwrap_err();
+    assert!(format!("{e:?}").contains("UNBLOCKED"), "{e:?}");
+    assert_eq!(blocked(&mut c), 0);
+}
+
+/// On a refilling bucket (20/s, capacity 1), flow a's 10 waiters and flow
+/// b's 3 are served by the refill timers: b's all come among the first
+/// 3 + 3 grants plus one of slack (the order is read from the reply times,
+/// 50 ms apart), and no more than `capacity + rate * T` calls are granted
+/// over the run.
+#[test]
+fn refill_timers_serve_the_flows_fairly_within_the_admission_bound() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let call = |flow: &'static str| {
+        vec![
+            "TB.CONSUME",
+            "r",
+            "20",
+            "1",
+            "1",
+            "BLOCK",
+            "60000",
+            "FLOW",
+            flow,
+        ]
+    };
+    let t0 = Instant::now();
+    assert_eq!(ints(&mut c, &call("a"))[0], 1, "the one token there");
+    let (tx, rx) = mpsc::channel();
+    let mut threads = Vec::new();
+    for (flow, n) in [("a", 10), ("b", 3)] {
+        for _ in 0..n {
+            let before = blocked(&mut c);
+            let (mut w, _) = s.send(&call(flow));
+            s.wait_for("the call to queue", Duration::from_secs(10), |c| {
+                blocked(c) == before + 1
+            });
+            let tx = tx.clone();
+            threads.push(thread::spawn(move || {
+                let r = answer(&mut w).unwrap();
+                tx.send((Instant::now(), flow, r)).unwrap();
+            }));
+        }
+    }
+    drop(tx);
+    let mut replies: Vec<_> = rx.iter().collect();
+    let elapsed = t0.elapsed();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(replies.len(), 13);
+    assert!(replies.iter().all(|(_, _, r)| r[0] == 1), "{replies:?}");
+    replies.sort_by_key(|(at, _, _)| *at);
+    let order: Vec<&str> = replies.iter().map(|(_, f, _)| *f).collect();
+    let last_b = order.iter().rposition(|f| *f == "b").unwrap();
+    assert!(last_b < 7, "{order:?}");
+    // The admission bound: 14 grants (with the first, from a full bucket)
+    // are at most 1 + 20 * T, so they take at least 13 refills of 50 ms
+    // (less 1 ms for the server's ms clock against ours).
+    assert!(
+        elapsed >= Duration::from_millis(13 * 50 - 1),
+        "14 grants in {elapsed:?}"
+    );
+}
