@@ -975,7 +975,8 @@ function leaseTtl(ttlMs) {
  * Waits in the server's queue of a bucket (BLOCK with LEASE, or with FLOW)
  * on a dedicated connection of `limiter`, until `deadline`: `send(conn,
  * waitMs)` runs the command, `parse` reads its reply, `undo(granted)` gives
- * back a grant that arrived after `signal` aborted. Returns null when the
+ * back a grant that arrived after `signal` aborted (an abort closes the
+ * connection: the server drops a call still queued). Returns null when the
  * server cannot wait so (the Lua fallback, or a module without BLOCK with
  * LEASE): the caller polls.
  */
@@ -988,6 +989,16 @@ async function blockLease(limiter, send, parse, label, deadline, signal, undo) {
     let asked = left;
     const conn = await limiter._lease();
     let broken = false;
+    // Aborted: close the connection, so the server drops the call from the
+    // queue at once (a queued call takes nothing until granted); a grant
+    // already on its way is given back by `undo`.
+    const leave = () => {
+      broken = true;
+      Promise.resolve()
+        .then(() => conn.close())
+        .catch(() => {});
+    };
+    signal?.addEventListener('abort', leave, { once: true });
     const done = limiter
       ._withWait(left, (w) => send(conn, w))
       .then(
@@ -1001,7 +1012,10 @@ async function blockLease(limiter, send, parse, label, deadline, signal, undo) {
           throw e;
         },
       )
-      .finally(() => limiter._release(conn, broken));
+      .finally(() => {
+        signal?.removeEventListener('abort', leave);
+        limiter._release(conn, broken);
+      });
     const r = await (signal ? abortable(done, signal, (g) => (g ? undo(g) : null)) : done);
     if (r === null || r.allowed) return r;
     if (r.never || (deadline !== null && Date.now() >= deadline)) throw new RateLimited(label, r);

@@ -151,6 +151,31 @@ describe('fair share on the module', () => {
         assert.deepEqual(info?.flows, []);
       });
 
+      test('an aborted call leaves its flow at once and takes nothing', async () => {
+        await admin.flushall();
+        // The next token is 10 s away: a call still queued after the abort
+        // would show in `waiting` for that long.
+        const slow = limiter.bucket('fs:abort', '0.1', 1);
+        assert.ok((await slow.consume()).allowed);
+        const slot = limiter.bucket('fs:abort-slot', 0, 1);
+        const held = await slot.lease(1, { ttlMs: 60_000 });
+        for (const [bucket, call] of [
+          [slow, (signal) => slow.acquire(1, { flow: 'A', timeoutMs: 30_000, signal })],
+          [slot, (signal) => slot.lease(1, { ttlMs: 60_000, timeoutMs: 30_000, flow: 'A', signal })],
+        ]) {
+          const ac = new AbortController();
+          const waiting = call(ac.signal);
+          assert.ok(await waitFor(async () => (await bucket.info())?.waiting === 1), 'it waits');
+          const t = Date.now();
+          ac.abort(new Error('gone'));
+          await assert.rejects(waiting, { message: 'gone' });
+          assert.ok(await waitFor(async () => (await bucket.info())?.waiting === 0, 2000), 'it left the queue');
+          console.log(`${lib.name}: an aborted call left the queue in ${Date.now() - t} ms`);
+        }
+        await slot.release(held.leaseId);
+        assert.equal((await slot.info())?.tokens ?? 1, 1, 'the aborted lease took nothing');
+      });
+
       test('leaseMany and acquireMany wait in a flow', async () => {
         await admin.flushall();
         const rpm = limiter.bucket('{fs}:rpm', '6000/m', 100);
