@@ -548,10 +548,7 @@ export class Limiter {
         signal,
         (g) => (g.allowed ? refundAll() : null),
       );
-      if (r) {
-        if (r.retryAfterMs > 0) await waitReserved(r.retryAfterMs, signal, refundAll);
-        return r;
-      }
+      if (r) return r;
     }
     for (;;) {
       // The default timeout follows what the limiter learns of the server.
@@ -783,11 +780,8 @@ export class TokenBucket {
         signal,
         (g) => (g.granted > 0 ? this.refund(g.granted) : null),
       );
-      if (r) {
-        // Answered as RESERVE would (the server's bound on waiting clients).
-        if (r.retryAfterMs > 0) await waitReserved(r.retryAfterMs, signal, () => this.refund(r.granted));
-        return r;
-      }
+      // A queued grant replies as a non-blocking one: nothing left to wait.
+      if (r) return r;
     }
     for (;;) {
       // The default timeout follows what the limiter learns of the server.
@@ -1007,7 +1001,7 @@ async function blockLease(limiter, send, parse, label, deadline, signal, undo) {
           return parse(reply);
         },
         (e) => {
-          broken = !(e instanceof CommandError);
+          broken ||= !(e instanceof CommandError);
           if (limiter.backend === 'lua' || /LEASE cannot be combined/.test(String(e.message))) return null;
           throw e;
         },
