@@ -23,7 +23,7 @@ import { after, before, describe, test } from 'node:test';
 import { Queue, QueueEvents, Worker } from 'bullmq';
 import Redis from 'ioredis';
 import { Limiter } from 'tb-limiter';
-import { limitProcessor } from 'tb-limiter/bullmq';
+import { leaseProcessor, limitProcessor } from 'tb-limiter/bullmq';
 
 import { LIBRARIES } from './helpers/clients.js';
 import { Server } from './helpers/server.js';
@@ -296,5 +296,60 @@ describe('BullMQ: a processor takes its flow from the job', () => {
       await events.close();
       await queue.close();
     }
+  });
+
+  /** Runs `jobs` (data) through `processor` on one worker; returns the finished jobs. */
+  async function run(name, processor, jobs, concurrency) {
+    const queue = new Queue(name, { connection });
+    const events = new QueueEvents(name, { connection });
+    await events.waitUntilReady();
+    const worker = new Worker(name, processor, { connection, concurrency });
+    try {
+      const added = await queue.addBulk(jobs.map((data) => ({ name: 'call', data })));
+      const values = [];
+      for (const job of added) values.push(await job.waitUntilFinished(events));
+      return { values, jobs: await Promise.all(added.map((j) => queue.getJob(j.id))) };
+    } finally {
+      await worker.close();
+      await events.close();
+      await queue.close();
+    }
+  }
+
+  test('a job whose wait in its flow runs out is delayed, holding nothing, then served', async () => {
+    await connection.flushall();
+    const bucket = limiter.bucket('fs:bullmq-slow', '4', 1); // a grant every 250 ms
+    const { values, jobs } = await run(
+      'fair-delayed',
+      limitProcessor(bucket, async (job) => job.data.i, { flow: (job) => job.data.tenant, maxWaitMs: 100 }),
+      [0, 1, 2, 3].map((i) => ({ tenant: i % 2 ? 'b' : 'a', i })),
+      4,
+    );
+    assert.deepEqual(values, [0, 1, 2, 3]);
+    const starts = jobs.map((j) => j?.attemptsStarted ?? 0);
+    console.log(`BullMQ: starts per job with a wait of 100 ms on a grant every 250 ms: ${starts.join(', ')}`);
+    assert.ok(starts.some((n) => n > 1), `some job was delayed: ${starts}`);
+  });
+
+  test('leaseProcessor: jobs wait for a slot in their tenant\'s flow', async () => {
+    await connection.flushall();
+    const slot = limiter.bucket('fs:bullmq-slot', 0, 1); // one call at a time
+    let most = 0;
+    const { values } = await run(
+      'fair-leased',
+      leaseProcessor(
+        [[slot, 1, 'slot']],
+        async (job) => {
+          await new Promise((r) => setTimeout(r, 100));
+          most = Math.max(most, (await slot.info())?.flows.length ?? 0);
+          return job.data.i;
+        },
+        { ttlMs: 10_000, flow: (job) => job.data.tenant, weight: (job) => (job.data.tenant === 'a' ? 2 : 1) },
+      ),
+      [0, 1, 2, 3, 4, 5].map((i) => ({ tenant: i % 2 ? 'b' : 'a', i })),
+      6,
+    );
+    assert.deepEqual(values, [0, 1, 2, 3, 4, 5]);
+    assert.equal(most, 2, 'both tenants waited for the slot while a job held it');
   });
 });
