@@ -47,9 +47,9 @@ export interface ReserveOptions {
  * flow. Ignored on the Lua fallback (it polls: no fair share there).
  */
 export interface FlowOptions {
-  /** The flow's name: 1 to 128 bytes. */
+  /** The flow's name: 1 to 128 bytes (RangeError with the server's error line otherwise). */
   flow?: string | Buffer;
-  /** The flow's weight: an integer from 1 to 1000000 (default 1), only with `flow`. */
+  /** The flow's weight: an integer from 1 to 1000000 (default 1); another needs `flow`. */
   weight?: number;
 }
 

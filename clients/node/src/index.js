@@ -323,28 +323,27 @@ const MAX_WEIGHT = 1_000_000;
 
 /**
  * `FLOW name [WEIGHT w]` (WEIGHT left out when 1), or nothing without a
- * flow; checked as the server checks it, before any round trip: a bad name
- * or weight is the {@link CommandError} the server would give `command`.
- * @param {string} command
+ * flow; checked as the server checks them, before any round trip: a name
+ * of the wrong size or a weight out of range is a RangeError with the
+ * server's error line (a string is counted in UTF-8 bytes).
  * @param {string | Buffer | undefined | null} flow
  * @param {number | undefined | null} weight
  * @returns {(string | Buffer)[]}
  */
-function flowArgs(command, flow, weight) {
-  const refuse = (message) => new CommandError(command, new RangeError(message));
-  const weighted = weight !== undefined && weight !== null;
+function flowArgs(flow, weight = 1) {
+  const w = weight ?? 1;
+  if (typeof w !== 'number') throw new TypeError(`weight must be a number, not ${typeof w}`);
   if (flow === undefined || flow === null) {
-    if (weighted) throw refuse(ERR_WEIGHT);
+    if (w !== 1) throw new RangeError(ERR_WEIGHT);
     return [];
   }
   if (typeof flow !== 'string' && !Buffer.isBuffer(flow)) {
     throw new TypeError(`flow must be a string or a Buffer, not ${typeof flow}`);
   }
   const bytes = Buffer.isBuffer(flow) ? flow.length : Buffer.byteLength(flow);
-  if (bytes < 1 || bytes > MAX_FLOW_BYTES) throw refuse(ERR_FLOW_NAME);
-  if (!weighted || weight === 1) return ['FLOW', flow];
-  if (!Number.isInteger(weight) || weight < 1 || weight > MAX_WEIGHT) throw refuse(ERR_WEIGHT);
-  return ['FLOW', flow, 'WEIGHT', String(weight)];
+  if (bytes < 1 || bytes > MAX_FLOW_BYTES) throw new RangeError(ERR_FLOW_NAME);
+  if (!Number.isInteger(w) || w < 1 || w > MAX_WEIGHT) throw new RangeError(ERR_WEIGHT);
+  return w === 1 ? ['FLOW', flow] : ['FLOW', flow, 'WEIGHT', String(w)];
 }
 
 /** Waits `ms`; an aborted `signal` ends the wait with its reason. */
@@ -528,7 +527,7 @@ export class Limiter {
    * it wait, reserving nothing, all or nothing; ignored on the Lua fallback.
    */
   async acquireMany(parts, { timeoutMs, signal, flow, weight } = {}) {
-    const queued = flowArgs('TB.MCONSUME', flow, weight);
+    const queued = flowArgs(flow, weight);
     signal?.throwIfAborted();
     const items = [...parts];
     const label = items.map(([b]) => describeKey(b.key)).join(',');
@@ -580,7 +579,7 @@ export class Limiter {
    * does (with or without it); ignored on the Lua fallback.
    */
   async leaseMany(parts, { ttlMs, timeoutMs, signal, block = false, flow, weight } = {}) {
-    const queued = flowArgs('TB.MCONSUME', flow, weight);
+    const queued = flowArgs(flow, weight);
     const items = [...parts].map(([bucket, n, kind]) => {
       if (kind !== undefined && kind !== 'estimate' && kind !== 'slot') {
         throw new RangeError(`a part's kind is 'estimate' or 'slot', not ${JSON.stringify(kind)}`);
@@ -765,7 +764,7 @@ export class TokenBucket {
    * On the Lua fallback the flow is ignored (the call waits as without it).
    */
   async acquire(n = 1, { timeoutMs, signal, block = false, flow, weight } = {}) {
-    const queued = flowArgs('TB.CONSUME', flow, weight);
+    const queued = flowArgs(flow, weight);
     signal?.throwIfAborted();
     const limiter = this.limiter;
     const limit = timeoutMs === undefined ? null : waitArg(timeoutMs, 'timeoutMs');
@@ -879,7 +878,7 @@ export class TokenBucket {
    */
   async lease(n = 1, { ttlMs, timeoutMs, signal, keep = false, block = false, flow, weight } = {}) {
     const lease = ['LEASE', String(leaseTtl(ttlMs)), ...(keep ? ['KEEP'] : [])];
-    const queued = flowArgs('TB.CONSUME', flow, weight);
+    const queued = flowArgs(flow, weight);
     const deadline = timeoutMs === undefined ? null : Date.now() + waitArg(timeoutMs, 'timeoutMs');
     if ((block || queued.length > 0) && this.limiter.backend !== 'lua') {
       const r = await blockLease(
