@@ -125,7 +125,7 @@ export declare class MultiResult {
 
 /** A flow with calls waiting on a bucket (`BucketInfo.flows`). */
 export interface FlowInfo {
-  /** The flow's name (`''`: the default flow of calls queued without FLOW). */
+  /** The flow's name, decoded as UTF-8 (`''`: the default flow of calls queued without FLOW). */
   readonly name: string;
   readonly weight: number;
   /** Calls of this flow waiting on the bucket. */

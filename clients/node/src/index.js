@@ -255,8 +255,9 @@ export class BucketInfo {
     this.waiting = fields.waiting === undefined ? 0 : int(fields.waiting);
     /**
      * The flows with calls queued on the bucket, in the order they will be
-     * served next: `{ name, weight, waiting }` (the default flow of calls
-     * queued without FLOW has the name `''`); empty when none wait.
+     * served next: `{ name, weight, waiting }` (the name decoded as UTF-8;
+     * the default flow of calls queued without FLOW has the name `''`);
+     * empty when none wait.
      */
     this.flows = Object.freeze(flowsOf(fields.waiting_flows ?? []));
     Object.freeze(this);
