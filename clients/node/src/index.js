@@ -16,9 +16,13 @@ import { setTimeout as sleep } from 'node:timers/promises';
 
 import {
   DEFAULT_MAX_WAIT_MS,
+  ERR_FLOW_NAME,
   ERR_WAIT_EXCEEDS,
+  ERR_WEIGHT,
   MAX_AMOUNT,
+  MAX_FLOW_NAME,
   MAX_LEASE_ID,
+  MAX_WEIGHT,
   MAX_WAIT_MS as MAX_WAIT_ARG_MS,
 } from './catalogue.js';
 import { connect } from './connection.js';
@@ -325,12 +329,6 @@ function waitArg(ms, what) {
   return Math.min(Math.floor(ms), MAX_WAIT_ARG_MS);
 }
 
-/** The server's errors for a bad FLOW or WEIGHT (the client checks them first). */
-const ERR_FLOW_NAME = 'ERR FLOW takes a name of 1 to 128 bytes';
-const ERR_WEIGHT = 'ERR WEIGHT takes an integer from 1 to 1000000, after FLOW name';
-const MAX_FLOW_BYTES = 128;
-const MAX_WEIGHT = 1_000_000;
-
 /**
  * `FLOW name [WEIGHT w]` (WEIGHT left out when 1), or nothing without a
  * flow; checked as the server checks them, before any round trip: a name
@@ -351,7 +349,7 @@ function flowArgs(flow, weight = 1) {
     throw new TypeError(`flow must be a string or a Buffer, not ${typeof flow}`);
   }
   const bytes = Buffer.isBuffer(flow) ? flow.length : Buffer.byteLength(flow);
-  if (bytes < 1 || bytes > MAX_FLOW_BYTES) throw new RangeError(ERR_FLOW_NAME);
+  if (bytes < 1 || bytes > MAX_FLOW_NAME) throw new RangeError(ERR_FLOW_NAME);
   if (!Number.isInteger(w) || w < 1 || w > MAX_WEIGHT) throw new RangeError(ERR_WEIGHT);
   return w === 1 ? ['FLOW', flow] : ['FLOW', flow, 'WEIGHT', String(w)];
 }
