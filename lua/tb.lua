@@ -996,10 +996,12 @@ local function cmd_consume(args)
   return reply
 end
 
-local function cmd_mconsume(args)
+-- TB.MCONSUME's arguments, checked as parse::mconsume_args and the handler
+-- check them, in the same order: the request, or nil and the error line.
+local function parse_mconsume(args)
   local k = #KEYS
   local triples = 3 * k
-  if k == 0 or k > MAX_KEYS or #args < triples then return err(ERR_NUMKEYS) end
+  if k == 0 or k > MAX_KEYS or #args < triples then return nil, ERR_NUMKEYS end
   local mode, max_wait_us, minc = 'all', 0, 1
   local chunk = nil
   local leased, kept, any_lease, reserve, block = {}, {}, false, nil, nil
@@ -1010,17 +1012,17 @@ local function cmd_mconsume(args)
     if up == 'FLOW' and flow == nil then
       local used
       flow, used = parse_flow(args, at)
-      if not flow then return err(used) end
+      if not flow then return nil, used end
       at = at + used
     elseif up == 'WEIGHT' then
-      return err(ERR_WEIGHT)
+      return nil, ERR_WEIGHT
     elseif up == 'LEASE' then
-      if at + 2 > #args then return err(ERR_LEASE_PART) end
+      if at + 2 > #args then return nil, ERR_LEASE_PART end
       local part = parse_int(args[at + 1], tostring(k), ERR_LEASE_PART)
-      if not part or part == 0 then return err(ERR_LEASE_PART) end
+      if not part or part == 0 then return nil, ERR_LEASE_PART end
       local ttl = parse_int(args[at + 2], MAX_TTL_MS_STR, ERR_LEASE_TTL)
-      if not ttl or ttl == 0 then return err(ERR_LEASE_TTL) end
-      if leased[part] then return err(ERR_LEASE_TWICE) end
+      if not ttl or ttl == 0 then return nil, ERR_LEASE_TTL end
+      if leased[part] then return nil, ERR_LEASE_TWICE end
       leased[part] = ttl
       any_lease = true
       at = at + 3
@@ -1030,20 +1032,20 @@ local function cmd_mconsume(args)
       end
     elseif up == 'RESERVE' and reserve == nil and at + 1 <= #args then
       local ms, e = parse_int(args[at + 1], MAX_WAIT_MS_STR, ERR_WAIT)
-      if not ms then return err(e) end
+      if not ms then return nil, e end
       reserve = ms
       at = at + 2
     elseif up == 'BLOCK' and block == nil and at + 1 <= #args then
       local ms, e = parse_int(args[at + 1], MAX_WAIT_MS_STR, ERR_WAIT)
-      if not ms then return err(e) end
+      if not ms then return nil, e end
       block = ms
       at = at + 2
     elseif up == 'ATMOST' and mode ~= 'atmost' then
       if at + 1 <= #args and args[at + 1]:upper() == 'MIN' then
-        if at + 2 > #args then return err(ERR_MCONSUME_OPTION) end
+        if at + 2 > #args then return nil, ERR_MCONSUME_OPTION end
         local e
         chunk, e = parse_chunk(args[at + 2])
-        if not chunk then return err(e) end
+        if not chunk then return nil, e end
         minc = chunk
         at = at + 3
       else
@@ -1051,30 +1053,30 @@ local function cmd_mconsume(args)
       end
       mode = 'atmost'
     else
-      return err(ERR_MCONSUME_OPTION)
+      return nil, ERR_MCONSUME_OPTION
     end
   end
   -- ATMOST grants what is there now: it does not wait, and a lease is never
   -- partial.
-  if mode == 'atmost' and reserve ~= nil then return err(ERR_MCONSUME_OPTION) end
-  if mode == 'atmost' and any_lease then return err(ERR_LEASE_MODE) end
+  if mode == 'atmost' and reserve ~= nil then return nil, ERR_MCONSUME_OPTION end
+  if mode == 'atmost' and any_lease then return nil, ERR_LEASE_MODE end
   if block ~= nil and (reserve ~= nil or mode == 'atmost') then
-    return err(ERR_MCONSUME_BLOCK)
+    return nil, ERR_MCONSUME_BLOCK
   end
-  if flow ~= nil and block == nil then return err(ERR_FLOW_BLOCK) end
+  if flow ~= nil and block == nil then return nil, ERR_FLOW_BLOCK end
   if reserve ~= nil then
-    if reserve > DEFAULT_MAX_WAIT_MS then return err(ERR_TOO_LONG) end
+    if reserve > DEFAULT_MAX_WAIT_MS then return nil, ERR_TOO_LONG end
     mode, max_wait_us = 'reserve', reserve * 1000
   end
   local parts = {}
   for j = 1, k do
     local at = 3 * (j - 1)
     local rn, rd = parse_rate(args[at + 1])
-    if not rn then return err(rd) end
+    if not rn then return nil, rd end
     local c, e = parse_int(args[at + 2], MAX_AMOUNT_STR, ERR_CAPACITY)
-    if not c then return err(e) end
+    if not c then return nil, e end
     local n, e2 = parse_int(args[at + 3], MAX_AMOUNT_STR, ERR_N)
-    if not n then return err(e2) end
+    if not n then return nil, e2 end
     parts[j] = { rn = rn, rd = rd, c = c, n = n }
   end
   -- The largest n: with ATMOST, the parts that ask for it share one grant.
@@ -1082,22 +1084,33 @@ local function cmd_mconsume(args)
   for j = 1, k do big = math.max(big, parts[j].n) end
   if chunk ~= nil then
     for j = 1, k do
-      if parts[j].n == big and chunk > parts[j].c then return err(ERR_MIN) end
+      if parts[j].n == big and chunk > parts[j].c then return nil, ERR_MIN end
     end
   end
   for a = 1, k do
     for b = 1, a - 1 do
-      if KEYS[a] == KEYS[b] then return err(ERR_DUPLICATE) end
+      if KEYS[a] == KEYS[b] then return nil, ERR_DUPLICATE end
     end
   end
   for j = 1, k do
-    if leased[j] and parts[j].n == 0 then return err(ERR_LEASE_N) end
+    if leased[j] and parts[j].n == 0 then return nil, ERR_LEASE_N end
   end
   -- BLOCK waits server-side: only the module can hold a reply.
   if block ~= nil then
-    if block > DEFAULT_MAX_WAIT_MS then return err(ERR_TOO_LONG) end
-    return err(ERR_CANNOT_BLOCK)
+    if block > DEFAULT_MAX_WAIT_MS then return nil, ERR_TOO_LONG end
+    return nil, ERR_CANNOT_BLOCK
   end
+  return {
+    k = k, mode = mode, max_wait_us = max_wait_us, minc = minc, big = big,
+    parts = parts, leased = leased, kept = kept, any_lease = any_lease,
+  }
+end
+
+local function cmd_mconsume(args)
+  local req, perr = parse_mconsume(args)
+  if not req then return err(perr) end
+  local k, mode, max_wait_us, minc, big = req.k, req.mode, req.max_wait_us, req.minc, req.big
+  local parts, leased, kept, any_lease = req.parts, req.leased, req.kept, req.any_lease
   local now = now_us()
   local leases = {}
   for j = 1, k do
