@@ -1,11 +1,11 @@
 //! The protocol catalogue, `protocol/catalogue.json`: every command (name,
 //! arity, flags, key spec, ACL categories, summary, arguments and syntax, as
-//! the command specs in `commands/` declare them), every error line
-//! ([`crate::errors`], and apart, when each is answered: its doc comment),
-//! every limit and every setting, read from the Rust
-//! that decides them. `tools/catalogue.py` generates from it the Lua
-//! fallback's constants, the clients' limits and error texts, the syntax
-//! lines of `docs/commands/` and the agreement suites' lists.
+//! the command specs in `commands/` declare them), every error line of
+//! [`crate::errors`] (and, apart, its doc comment: when it is answered), the
+//! limits below and the settings, read from the Rust that decides them.
+//! `tools/catalogue.py` generates from it the Lua fallback's constants, the
+//! clients' limits and error texts, and the manual's syntax lines and
+//! tables of errors and settings; the agreement suites read it.
 //!
 //! Test-only: the test below fails when the committed file differs from the
 //! source (run `make catalogue`), and writes it instead when

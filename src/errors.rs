@@ -1,6 +1,8 @@
 //! Every error line the module answers, each named once: the single source
-//! of the protocol's errors (`protocol/catalogue.json` lists them, and the
-//! Lua fallback and the clients are generated from it: `make catalogue`).
+//! of the protocol's errors. `make catalogue` lists them in
+//! `protocol/catalogue.json` and generates from it the Lua fallback's and
+//! the clients' copies and the table of `docs/errors.md` (each doc comment
+//! below is its "when" column).
 //!
 //! A bound that an error line names is built from the limit constant that
 //! decides it ([`concatcp!`]), never retyped. A line with a `{}` is a
