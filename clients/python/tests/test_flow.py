@@ -322,3 +322,108 @@ def test_async_saturated_bucket_shares_equally(module_server: Server) -> None:
     order = asyncio.run(main())
     a, b = _check_share(order, 1, 1)
     print(f"async, weights 1:1: A {a}, B {b} of {WINDOW} grants")
+
+
+def _celery_app() -> Any:
+    from celery import Celery
+
+    app = Celery("flowtest", broker="memory://", backend="cache+memory://")
+    app.conf.task_always_eager = True
+    app.conf.task_eager_propagates = True
+    return app
+
+
+def test_celery_task_waits_in_its_tenant_s_flow(module_server: Server) -> None:
+    """``rate_limited(..., flow=fn)``: the flow comes from the task's
+    arguments; the run waits in it on the server, visible in TB.INFO."""
+    from tb_limiter.celery import rate_limited
+
+    module_server.client().flushall()
+    app = _celery_app()
+    lim = Limiter(module_server.client())
+    llm = lim.bucket("rl:celery", "0.5", 1)
+
+    @app.task
+    @rate_limited(llm, flow=lambda tenant, prompt: f"tenant:{tenant}", weight=lambda tenant, prompt: 2)
+    def complete(tenant: str, prompt: str) -> str:
+        return f"{tenant}:{prompt}"
+
+    llm.consume()
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(complete.apply(args=("acme", "hi")).get()))
+    t.start()
+    deadline = time.monotonic() + 5
+    while _waiting(module_server, "rl:celery") != 1:
+        assert time.monotonic() < deadline, "the task never waited in its flow on the server"
+        time.sleep(0.01)
+    info = llm.info()
+    assert info is not None and info.flows == (FlowInfo("tenant:acme", 2, 1),)
+    t.join(5)
+    assert out == ["acme:hi"]
+    with pytest.raises(ValueError, match="FLOW takes a name"):
+        rate_limited(llm, flow="")
+
+
+def test_celery_tenants_share_a_saturated_bucket(module_server: Server) -> None:
+    """12 runs of tenant A and 3 of tenant B at a time, each looping: B gets
+    half the grants (rate_limited), with leased too."""
+    from tb_limiter.celery import current_lease, leased, rate_limited
+
+    module_server.client().flushall()
+    app = _celery_app()
+    lim = Limiter(module_server.client())
+    bucket = lim.bucket("rl:cfair", RATE, 1)
+    order: list[str] = []
+    lock = threading.Lock()
+
+    @app.task
+    @rate_limited(bucket, flow=lambda tenant: tenant, max_wait=10)
+    def job(tenant: str) -> None:
+        with lock:
+            order.append(tenant)
+
+    stop = threading.Event()
+
+    def loop(tenant: str) -> None:
+        while not stop.is_set():
+            job.apply(args=(tenant,)).get()
+
+    threads = [threading.Thread(target=loop, args=("A",)) for _ in range(12)]
+    threads += [threading.Thread(target=loop, args=("B",)) for _ in range(3)]
+    for th in threads:
+        th.start()
+    deadline = time.monotonic() + 30
+    try:
+        while len(order) < 10 + WINDOW:
+            assert time.monotonic() < deadline, f"only {len(order)} grants in 30 s"
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        for th in threads:
+            th.join(15)
+    a, b = _check_share(order, 1, 1)
+    print(f"Celery tasks, tenants 1:1: A {a}, B {b} of {WINDOW} grants")
+
+    slot = lim.bucket("rl:cslot", 0, 1)
+
+    @app.task
+    @leased(lim, [(slot, 1)], ttl={0: 60}, flow="tenant:b", max_wait=5)
+    def call() -> int:
+        held = current_lease()
+        assert held is not None and held.result is not None
+        return held.result.lease_ids[0]
+
+    first = slot.lease(ttl=60)
+    first.__enter__()
+    got: list[int] = []
+    t = threading.Thread(target=lambda: got.append(call.apply().get()))
+    t.start()
+    deadline = time.monotonic() + 5
+    while _waiting(module_server, "rl:cslot") != 1:
+        assert time.monotonic() < deadline, "the leased task never waited in its flow"
+        time.sleep(0.01)
+    info = slot.info()
+    assert info is not None and info.flows == (FlowInfo("tenant:b", 1, 1),)
+    first.__exit__(None, None, None)
+    t.join(5)
+    assert got and got[0] > 0
