@@ -352,7 +352,11 @@ class AsyncLimiter:
         try:
             cap = _core.block_cap(step.ms, getattr(conn, "socket_timeout", None))
         finally:
-            node.release(conn)
+            release = getattr(node, "release", None)
+            if release is not None:
+                release(conn)
+            else:  # redis-py 5.0 has no ClusterNode.release: back to its free list
+                node._free.append(conn)
         if cap is None:
             return None
         run: Callable[..., Awaitable[Any]] = client.execute_command
