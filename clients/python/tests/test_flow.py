@@ -427,3 +427,31 @@ def test_celery_tenants_share_a_saturated_bucket(module_server: Server) -> None:
     first.__exit__(None, None, None)
     t.join(5)
     assert got and got[0] > 0
+
+
+def test_async_cancelled_flow_wait_leaves_the_queue_holding_nothing(module_server: Server) -> None:
+    """A task cancelled while it waits in a flow: its connection is dropped,
+    so the server takes it out of the queue, and a token given back later
+    stays in the bucket (nobody waits for it)."""
+    module_server.client().flushall()
+
+    async def main() -> None:
+        lim = AsyncLimiter(aredis.Redis(port=module_server.port))
+        b = lim.bucket("rl:acancel", "0.01", 1)
+        await b.consume()
+        task = asyncio.ensure_future(b.acquire(timeout=30, flow="t"))
+        deadline = time.monotonic() + 5
+        while _waiting(module_server, "rl:acancel") != 1:
+            assert time.monotonic() < deadline, "the call never waited in the server's queue"
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        while _waiting(module_server, "rl:acancel") != 0:
+            assert time.monotonic() < deadline, "the cancelled call stayed in the queue"
+            await asyncio.sleep(0.01)
+        await b.refund(1)
+        assert (await b.consume()).allowed, "the token given back went to nobody else"
+        await lim.aclose()
+
+    asyncio.run(main())
