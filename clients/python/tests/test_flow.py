@@ -455,3 +455,42 @@ def test_async_cancelled_flow_wait_leaves_the_queue_holding_nothing(module_serve
         await lim.aclose()
 
     asyncio.run(main())
+
+
+def test_fastapi_request_waits_in_its_tenant_s_flow(module_server: Server) -> None:
+    """``RateLimit(..., wait=..., flow=fn)``: a request that waits does so in
+    its tenant's flow on the server (visible in TB.INFO), then is served."""
+    import httpx
+    from fastapi import Depends, FastAPI
+
+    from tb_limiter.fastapi import RateLimit
+
+    module_server.client().flushall()
+    key = "rl:shared:{rl:shared}:1/2s"  # tb_limiter._spec.group_key("rl:shared", 1 per 2 seconds)
+
+    async def main() -> None:
+        limiter = AsyncLimiter(aredis.Redis(port=module_server.port))
+        shared = RateLimit(limiter, "1 per 2 seconds", key=lambda request: "shared", wait=10,
+                           flow=lambda request: request.headers["X-Tenant"], weight=lambda request: 2)
+        app = FastAPI()
+
+        @app.get("/work", dependencies=[Depends(shared)])
+        async def work() -> dict[str, bool]:
+            return {"ok": True}
+
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
+            assert (await http.get("/work", headers={"X-Tenant": "acme"})).status_code == 200
+            second = asyncio.ensure_future(http.get("/work", headers={"X-Tenant": "acme"}))
+            deadline = time.monotonic() + 5
+            while _waiting(module_server, key) != 1:
+                assert time.monotonic() < deadline, "the request never waited in its tenant's flow"
+                await asyncio.sleep(0.01)
+            fields = module_server.client().execute_command("TB.INFO", key)
+            flows = dict(zip(fields[0::2], fields[1::2]))[b"waiting_flows"]
+            assert flows == [b"acme", 2, 1]
+            assert (await asyncio.wait_for(second, 10)).status_code == 200
+        await limiter.aclose()
+        with pytest.raises(ValueError, match="FLOW takes a name"):
+            RateLimit(limiter, "1/second", key=lambda request: "k", wait=1, flow="")
+
+    asyncio.run(main())
