@@ -287,6 +287,11 @@ def test_snapshot_shows_the_flows_waiting_on_a_listed_bucket(server: Any, dashbo
     s = d.wait_snapshot("three calls waiting on rl:shared", lambda s: (bucket(s) or {}).get("waiting") == 3)
     flows = sorted((f["name"], f["weight"], f["waiting"]) for f in bucket(s)["flows"])
     assert flows == [("tenant-a", 1, 2), ("tenant-b", 4, 1)]
+    assert {k: s["nodes"][0]["gauges"][k] for k in ("waiting_calls", "waiting_flows")} == {
+        "waiting_calls": 3, "waiting_flows": 2}
+    m = metrics(d)
+    node = "127.0.0.1:%d" % server.port
+    assert m[sample("tb_waiting_calls", node=node)] == 3 and m[sample("tb_waiting_flows", node=node)] == 2
     for i in ids:
         admin.client_kill_filter(_id=str(i))
     for t in threads:

@@ -181,6 +181,9 @@ def test_the_page_shows_who_is_limited_and_updates_live(server: Any, dashboard_f
                     )
                     assert sorted(flows) == [["tenant-a", "1", "2"], ["tenant-b", "3", "1"]], flows
                     assert "3 waiting" in text(page, "#top-denied td.bucket .flows")
+                    page.wait_for_function(
+                        "() => document.querySelector('#nodes td.waiting').textContent === '3 / 2'", timeout=30_000
+                    )
                     page.locator("#top-denied").screenshot(path=str(screenshot_dir() / "dashboard-flows.png"))
                 finally:
                     stop_waiters(server, waiting)

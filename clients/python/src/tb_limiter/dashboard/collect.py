@@ -35,7 +35,7 @@ COUNTERS = (
     "refunds",
 )
 #: Gauges of ``INFO tb``.
-GAUGES = ("blocked_now", "eviction_policy_can_evict_buckets")
+GAUGES = ("blocked_now", "waiting_calls", "waiting_flows", "eviction_policy_can_evict_buckets")
 #: The module's settings as ``INFO tb`` shows them (``tb.max-wait-ms`` is
 #: ``tb_max_wait_ms``).
 SETTINGS = ("expire_idle", "max_wait_ms", "max_blocked", "top_keys")

@@ -168,6 +168,10 @@ function drawNodes(s) {
     tr.appendChild(el("td", { class: "num max_blocked" }, set.max_blocked === undefined ? "—" : set.max_blocked));
     tr.appendChild(el("td", { class: "top_keys" }, yesNo(set.top_keys)));
     tr.appendChild(el("td", { class: "num" }, fmt((n.gauges || {}).blocked_now, 0)));
+    const q = n.gauges || {};
+    tr.appendChild(
+      el("td", { class: "num waiting" }, q.waiting_calls === undefined ? "—" : fmt(q.waiting_calls, 0) + " / " + fmt(q.waiting_flows, 0)),
+    );
     const ev = (n.gauges || {}).eviction_policy_can_evict_buckets;
     tr.appendChild(el("td", ev === 1 ? { class: "bad" } : {}, ev === undefined ? "—" : ev === 1 ? "YES" : "no"));
     tr.appendChild(el("td", n.error ? { class: "bad" } : {}, n.error ? n.error : "ok"));
