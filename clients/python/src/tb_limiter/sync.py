@@ -42,7 +42,9 @@ class Limiter:
     connection. With ``blocking_client`` (a ``redis.Redis`` used for nothing
     else), ``acquire`` asks the module to hold the reply instead (``BLOCK``):
     one round trip and a wake-up at the exact time, but one connection held
-    per waiter, capped by the server's ``tb.max-blocked``.
+    per waiter, capped by the server's ``tb.max-blocked``. A call in a flow
+    (``flow=``: fair share between tenants) always waits on the server, on
+    ``blocking_client`` or else on a connection of ``client``.
     """
 
     def __init__(
