@@ -135,6 +135,10 @@ def test_flow_wait_runs_out_as_rate_limited(module_server: Server) -> None:
     assert _waiting(module_server, "rl:fo") == 0
     info = b.info()
     assert info is not None and info.tokens < 1, "a denied call in a flow reserved nothing, took nothing"
+    started = time.monotonic()
+    with pytest.raises(RateLimited) as never:
+        b.acquire(2, timeout=5, flow="a")
+    assert never.value.result.never and time.monotonic() - started < 1, "more than the capacity: refused at once"
 
 
 def test_acquire_many_in_a_flow_waits_without_a_lease(module_server: Server) -> None:
