@@ -96,13 +96,19 @@ module TbLimiter
     # the server, in its flow's queue, instead of polling (on the Lua
     # fallback the flow is ignored and the call polls).
     def lease_many(parts, ttl:, timeout: nil, not_sent: [], flow: nil, weight: nil, &block)
+      lease_within(parts, ttl, timeout, timeout, not_sent, Protocol.flow_args(flow, weight), &block)
+    end
+
+    # @private #lease_many with the wait in the flow's queue (`wait`) and
+    # the polling without one (`poll_for`) timed apart: the Sidekiq
+    # middleware waits in the queue but never polls.
+    def lease_within(parts, ttl, wait, poll_for, not_sent, flow, &block)
       parts = parts.to_a
-      flow = Protocol.flow_args(flow, weight)
       ttl_ms = ttl.to_h { |j, t| [Integer(j), Protocol.lease_ttl_ms(t)] }
       target = Leases.new(parts, ttl_ms.to_h { |j, ms| [j, [ms, estimate_part?(parts[j][0])]] })
-      result = in_flow(target, timeout, flow) do
+      result = in_flow(target, wait, flow) do
         call = target.call
-        poll(target.name, timeout) { target.result(execute(call)) }
+        poll(target.name, poll_for) { target.result(execute(call)) }
       end
       Lease.new(self, parts, result.lease_ids, result, not_sent).run(&block)
     end
