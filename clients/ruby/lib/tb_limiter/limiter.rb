@@ -259,11 +259,14 @@ module TbLimiter
     # answers before its wait ran out (past its bounds on waiting clients)
     # pauses until the tokens are due, then asks again.
     def wait_in_flow(target, timeout, flow)
-      deadline = now + (timeout || reach_ms(nil) / 1000.0)
+      start = now
+      budget = timeout.nil? ? reach_ms(nil) : Protocol.wait_ms(timeout) # ms from start
       loop do
         asked = now
-        left = Protocol.wait_ms([0.0, deadline - asked].max)
-        reply, used = with_wait(left) { |m| raw_blocking(m / 1000.0, *target.block_call(m, flow).module_args) }
+        spent = ((asked - start) * 1000).floor
+        reply, used = with_wait([budget - spent, 0].max) do |m|
+          raw_blocking(m / 1000.0, *target.block_call(m, flow).module_args)
+        end
         proved(:module)
         r = target.result(reply)
         if r.allowed?
@@ -272,8 +275,8 @@ module TbLimiter
           sleep_or_give_back(r.retry_after, target.taken(r)) if r.retry_after_ms.positive?
           return r
         end
-        deadline = [deadline, asked + used / 1000.0].min if timeout.nil?
-        rest = deadline - now
+        budget = [budget, spent + used].min if timeout.nil? # the server's longest wait, once known
+        rest = budget / 1000.0 - (now - start)
         raise RateLimited.new(target.name, r) if r.never? || rest < 0.001
 
         early = used / 1000.0 - (now - asked)
