@@ -89,7 +89,8 @@ class FlowArgsTest < Minitest::Test
                   ["TB.CONSUME", "k", "50", "1", "1", "BLOCK", "2000", "FLOW", "a" * 128, "WEIGHT", "1000000"],
                   ["TB.CONSUME", "k", "50", "1", "2", "BLOCK", "500", "FLOW", "é" * 64, "WEIGHT", "3"]], sent
     timeouts = @client.calls.map(&:first)
-    assert(timeouts.each_with_index.all? { |t, i| t && t > [2, 2, 2, 0.5][i] }, "a blocking call whose read timeout covers the wait: #{timeouts}")
+    covered = timeouts.each_with_index.all? { |t, i| t && t > [2, 2, 2, 0.5][i] }
+    assert covered, "a blocking call whose read timeout covers the wait: #{timeouts}"
   end
 
   def test_multi_bucket_and_leased_calls_carry_the_flow
@@ -190,9 +191,13 @@ class ModuleFlowTest < Minitest::Test
         end
       end
     end
-    seen = Array.new(warm + total) { order.pop }
-    stop = true
-    threads.each(&:join)
+    # warm + total grants take (warm + total) / 50 s.
+    begin
+      seen = wait_until("#{warm + total} grants", 30) { order.size >= warm + total && Array.new(warm + total) { order.pop } }
+    ensure
+      stop = true
+      threads.each(&:join)
+    end
     seen.last(total)
   end
 

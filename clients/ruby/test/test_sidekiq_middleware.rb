@@ -192,6 +192,13 @@ class FlowLeaseJob
            parts: { inflight: { capacity: 1 } }
 end
 
+# Jobs of two tenants on one partner API of 50/s.
+class FairJob
+  include Sidekiq::Worker
+  include TbLimiter::Sidekiq::Limited
+  tb_limit rate: 50, capacity: 1, key: "mw:fair", max_wait: 10, flow: ->(job) { job["args"].first }
+end
+
 class SidekiqFlowTest < SidekiqMiddlewareTest
   # The tests of this class only (the base class's run on their own).
   def self.runnable_methods = SidekiqFlowTest.public_instance_methods(false).grep(/\Atest_/).map(&:to_s)
@@ -199,7 +206,7 @@ class SidekiqFlowTest < SidekiqMiddlewareTest
   def setup
     super
     # Waiting jobs each hold a connection, as with Sidekiq's own pool.
-    @pool = ConnectionPool.new(size: 4) { self.class.server.client }
+    @pool = ConnectionPool.new(size: 12) { self.class.server.client }
     @lim = TbLimiter::Limiter.new(@pool)
     TbLimiter::Sidekiq.limiter = @lim
   end
@@ -231,6 +238,32 @@ class SidekiqFlowTest < SidekiqMiddlewareTest
     flow_bucket.refund(2)
     assert_equal [true, true], runs.map(&:value), "each ran once granted"
     assert_empty scheduled, "nothing re-scheduled"
+  end
+
+  # Worker threads run jobs of tenant A (9 threads) and B (3), each taking
+  # its next job as soon as one ran. While both wait the queue alternates
+  # the tenants (within a grant); B's 3 threads keep it waiting while one
+  # of them runs its job and comes back (20 ms between grants at 50/s).
+  # The allowance of 8 of 80 (10%) is for a thread of B that comes back
+  # later than that on a loaded machine.
+  def test_waiting_jobs_of_two_tenants_share_the_limit
+    order = Queue.new
+    stop = false
+    threads = [["A"] * 9, ["B"] * 3].flatten.map do |tenant|
+      Thread.new do
+        run_job(FairJob, job(FairJob, tenant)) { order << tenant } until stop
+      end
+    end
+    # 92 runs take 1.8 s at 50/s.
+    begin
+      seen = wait_until("92 jobs run", 30) { order.size >= 92 && Array.new(92) { order.pop } }.last(80)
+    ensure
+      stop = true
+      threads.each(&:join)
+    end
+    warn "  Sidekiq fair share: tenant B's jobs ran #{seen.count("B")} of #{seen.size} (A: 9 threads, B: 3)"
+    assert_in_delta 40, seen.count("B"), 8, "B's share while both wait: #{seen.join}"
+    assert_empty scheduled, "every job ran within its wait"
   end
 
   def test_a_job_whose_wait_runs_out_is_rescheduled_holding_nothing

@@ -97,8 +97,8 @@ module TbLimiter
     # With `flow:` and `weight:` it waits in the bucket's queue on the
     # server instead of polling (see #acquire).
     def lease(n = 1, ttl:, timeout: nil, not_sent: [], flow: nil, weight: nil, &block)
-      limiter.lease_many([[self, n]], ttl: { 0 => ttl }, timeout: timeout, not_sent: not_sent, flow: flow, weight: weight,
-                                      &block)
+      limiter.lease_many([[self, n]], ttl: { 0 => ttl }, timeout: timeout, not_sent: not_sent,
+                                      flow: flow, weight: weight, &block)
     end
 
     # TB.RELEASE: the tokens that actually went back, or nil when the lease
