@@ -276,6 +276,20 @@ class ModuleFlowTest < Minitest::Test
     assert_equal 8, roomy.info.tokens.floor
   end
 
+  # redis-rb reads a blocking command's reply with its read timeout plus
+  # the extra time given (as for BLPOP): a wait longer than the client's
+  # own read timeout is not cut short.
+  def test_a_wait_longer_than_the_clients_read_timeout
+    redis = self.class.server.client(read_timeout: 0.2)
+    bucket = TbLimiter::Limiter.new(redis).bucket("slow-read", rate: "60/m", capacity: 1)
+    bucket.consume
+    t = mono
+    assert bucket.acquire(1, timeout: 3, flow: "a").allowed?
+    assert_operator mono - t, :>, 0.5, "granted at the refill, about 1 s later"
+  ensure
+    redis&.close
+  end
+
   def test_a_wait_that_runs_out_raises_and_takes_nothing
     bucket = @lim.bucket("out", rate: "1/h", capacity: 1)
     bucket.consume
