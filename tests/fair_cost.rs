@@ -1,0 +1,119 @@
+//! The cost of choosing the next waiter with many flows (issue 22): one
+//! grant of `FairQueue` (pop the next waiter, push its flow's next call) at
+//! 1, 100, 10,000 and 100,000 flows waiting, in nanoseconds, printed as one
+//! line of JSON for `bench/fair.py` (`make bench-fair`):
+//!
+//! `cargo test --release --test fair_cost -- --ignored --nocapture`
+//!
+//! Without `--ignored` (as in `make test`) it only checks, in a millisecond,
+//! that the measuring loop serves every flow in turn.
+//!
+//! `src/fair.rs` is compiled into this binary (`#[path]`) rather than linked
+//! from the `tb` library: the library built with the `module` feature
+//! allocates through Redis (`RedisAlloc`), which a program outside Redis
+//! cannot do. The code measured is the same source, with the same release
+//! profile. Without the test harness (`harness = false` in Cargo.toml)
+//! `fair.rs`'s own unit tests are not compiled in again.
+
+#[allow(dead_code)]
+#[path = "../src/fair.rs"]
+mod fair;
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use fair::FairQueue;
+
+/// Flow counts measured.
+const FLOWS: [usize; 4] = [1, 100, 10_000, 100_000];
+/// Grants per timed round, and rounds per flow count (the median is kept).
+const GRANTS: usize = 1_000_000;
+const ROUNDS: usize = 5;
+/// Calls each flow keeps waiting.
+const DEPTH: usize = 2;
+
+fn names(flows: usize) -> Vec<Vec<u8>> {
+    (0..flows)
+        .map(|i| format!("tenant-{i:06}").into_bytes())
+        .collect()
+}
+
+/// A queue where each of `flows` flows has `DEPTH` calls waiting (the call's
+/// item is its flow's index).
+fn filled(names: &[Vec<u8>]) -> FairQueue<usize> {
+    let mut q = FairQueue::default();
+    for _ in 0..DEPTH {
+        for (i, n) in names.iter().enumerate() {
+            q.push(n, 1, 1, i);
+        }
+    }
+    q
+}
+
+/// `grants` grants: the next waiter out, and its flow's next call in, as a
+/// saturated bucket with every flow looping does. Returns the flows served.
+fn grant(q: &mut FairQueue<usize>, names: &[Vec<u8>], grants: usize) -> Vec<usize> {
+    let mut served = Vec::with_capacity(grants.min(1 << 16));
+    for g in 0..grants {
+        let (_, flow) = q.pop().expect("every flow keeps waiting");
+        q.push(&names[flow], 1, 1, flow);
+        if g < served.capacity() {
+            served.push(flow);
+        }
+    }
+    served
+}
+
+fn ns_per_grant(flows: usize) -> (f64, Vec<f64>) {
+    let names = names(flows);
+    let mut q = filled(&names);
+    grant(&mut q, &names, GRANTS / 10); // warm up: every flow served
+    let mut rounds: Vec<f64> = (0..ROUNDS)
+        .map(|_| {
+            let start = Instant::now();
+            black_box(grant(&mut q, &names, GRANTS));
+            start.elapsed().as_nanos() as f64 / GRANTS as f64
+        })
+        .collect();
+    rounds.sort_by(f64::total_cmp);
+    (rounds[ROUNDS / 2], rounds)
+}
+
+/// The loop serves flows in turn (equal weights, every flow waiting).
+fn smoke() {
+    let names = names(100);
+    let mut q = filled(&names);
+    let served = grant(&mut q, &names, 1_000);
+    for (g, flow) in served.iter().enumerate() {
+        assert_eq!(*flow, g % 100, "grant {g}");
+    }
+    assert_eq!(q.len(), 100 * DEPTH);
+    println!("fair_cost: the measuring loop serves every flow in turn (smoke; --ignored measures)");
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--ignored") {
+        smoke();
+        return;
+    }
+    smoke();
+    let rows: Vec<String> = FLOWS
+        .iter()
+        .map(|&flows| {
+            let (median, rounds) = ns_per_grant(flows);
+            eprintln!("fair_cost: {flows} flows: {median:.1} ns per grant (rounds {rounds:.1?})");
+            format!(
+                "{{\"flows\": {flows}, \"ns_per_grant\": {median:.2}, \"rounds_ns\": [{}]}}",
+                rounds
+                    .iter()
+                    .map(|r| format!("{r:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+        .collect();
+    println!(
+        "{{\"grants_per_round\": {GRANTS}, \"rounds\": {ROUNDS}, \"depth\": {DEPTH}, \"rows\": [{}]}}",
+        rows.join(", ")
+    );
+}
