@@ -42,6 +42,7 @@ which bench/report.py puts in BENCHMARKS.md.
 import argparse
 import json
 import os
+import selectors
 import shutil
 import socket
 import subprocess
@@ -71,6 +72,9 @@ BURSTS, BURST_PAUSE_S = 10, 0.2
 A_HEAD_S = 0.5
 #: The first refill intervals after B's last grant whose gaps are reported.
 GAP_INTERVALS = 10
+#: Calls waiting while the server's instructions per grant are counted, and
+#: the flows they are spread over.
+COST_CALLS, COST_FLOWS = 10_000, (10, 10_000)
 
 
 def call_args(flow, weight, use_flow):
@@ -215,6 +219,14 @@ def median_interval_ms(grants):
     return percentile([(y - x) * 1000 for x, y in zip(times, times[1:])], 50)
 
 
+def stalls(grants):
+    """Gaps between consecutive grants longer than two refill intervals: how
+    many, and the time they took beyond one interval each."""
+    times = sorted(g[0] for g in grants)
+    long = [y - x for x, y in zip(times, times[1:]) if y - x > 2 / RATE]
+    return {"count": len(long), "lost_ms": 1000 * sum(g - 1 / RATE for g in long)}
+
+
 def waits_ms(grants, flow):
     return [g[2] * 1000 for g in grants if g[1] == flow]
 
@@ -227,6 +239,7 @@ def summary_waits(ws):
 def looping(binary, module, weight_a, weight_b, use_flow, label):
     """A saturates; B arrives for B_SECONDS, then stops; A alone after."""
     B.log("fair: %s" % label)
+    load = os.getloadavg()[0]
     s = B.Server(binary, module, name="fair server")
     run = Run(s.port)
     try:
@@ -257,6 +270,7 @@ def looping(binary, module, weight_a, weight_b, use_flow, label):
     gaps = [(y - x) * 1000 for x, y in zip([b_last] + first_after, first_after)]
     return {
         "label": label,
+        "loadavg": load,
         "flow": use_flow,
         "weights": {"A": weight_a, "B": weight_b},
         "both_wait": {"seconds": b_last - arrival, "A": a_both, "B": b_both,
@@ -269,6 +283,7 @@ def looping(binary, module, weight_a, weight_b, use_flow, label):
         "queue_midway": snapshot,
         "admission": admission(grants),
         "median_interval_ms": median_interval_ms(grants),
+        "stalls": stalls(grants),
         "server_tokens_granted": granted,
         "clients_granted": len(run.grants),
         "denials": run.denials,
@@ -279,6 +294,7 @@ def looping(binary, module, weight_a, weight_b, use_flow, label):
 def b_alone(binary, module):
     """B's 10 looping clients with nobody else, B_SECONDS."""
     B.log("fair: B alone, looping")
+    load = os.getloadavg()[0]
     s = B.Server(binary, module, name="fair server")
     run = Run(s.port)
     try:
@@ -287,9 +303,10 @@ def b_alone(binary, module):
             t.join(timeout=B_SECONDS + BLOCK_MS / 1000)
     finally:
         s.stop()
-    return {"b_waits": summary_waits(waits_ms(run.grants, "B")),
+    return {"loadavg": load, "b_waits": summary_waits(waits_ms(run.grants, "B")),
             "admission": admission(run.grants),
-            "median_interval_ms": median_interval_ms(run.grants), "denials": run.denials,
+            "median_interval_ms": median_interval_ms(run.grants), "stalls": stalls(run.grants),
+            "denials": run.denials,
             "errors": run.errors[:5]}
 
 
@@ -297,6 +314,7 @@ def bursts(binary, module, backlog):
     """B's 10 one-shot calls, BURSTS times: into A's backlog, or alone on a
     bucket just emptied."""
     B.log("fair: B's one-shot calls, %s" % ("into A's backlog" if backlog else "alone"))
+    load = os.getloadavg()[0]
     s = B.Server(binary, module, name="fair server")
     run = Run(s.port)
     try:
@@ -304,18 +322,112 @@ def bursts(binary, module, backlog):
             run.start(A_CLIENTS, "A", 1, True)
             wait_queued(s.conn, A_CLIENTS - 1, "flow A")
             time.sleep(A_HEAD_S)
+        slowest = []
         for _ in range(BURSTS):
             # Alone, the bucket is emptied first, as A's backlog keeps it.
             empty = None if backlog else lambda: s.conn.call("TB.CONSUME", KEY, RATE, CAPACITY, 1)
+            seen = len(run.grants)
             run.one_shots(B_CLIENTS, "B", 1, True, before=empty)
+            slowest.append(max(g[2] * 1000 for g in run.grants[seen:] if g[1] == "B"))
             time.sleep(BURST_PAUSE_S)
     finally:
         s.stop()
     for t in run.threads:
         t.join(timeout=10)
-    return {"bursts": BURSTS, "b_waits": summary_waits(waits_ms(run.grants, "B")),
+    return {"loadavg": load, "bursts": BURSTS, "slowest_per_burst_ms": slowest,
+            "median_slowest_ms": percentile(slowest, 50), "b_waits": summary_waits(waits_ms(run.grants, "B")),
             "b_waits_ms": sorted(waits_ms(run.grants, "B")), "denials": run.denials,
             "errors": run.errors[:5]}
+
+
+def server_cost(binary, module, seconds):
+    """Instructions the server executes per grant (valgrind's callgrind,
+    instrumenting only while measured), with COST_CALLS calls waiting in 10
+    flows or in 10,000 (one call each), every client asking again as soon
+    as it is answered; serverCron's share (which follows the wall time,
+    stretched by valgrind) left out, as bench.py does."""
+    for tool in ("valgrind", "callgrind_control", "callgrind_annotate"):
+        if not shutil.which(tool):
+            return {"error": "%s is not installed (Debian package valgrind)" % tool}
+    out = {"calls": COST_CALLS, "seconds": seconds, "flows": {}}
+    for flows in COST_FLOWS:
+        B.log("fair: server instructions per grant, %s calls in %s flows (callgrind)" % (
+            "{:,}".format(COST_CALLS), "{:,}".format(flows)))
+        out_dir = tempfile.mkdtemp(prefix="tb-bench-fair-cg-")
+        s = B.Server(binary, module, name="callgrind server", start_s=120,
+                     extra=("--maxclients", str(COST_CALLS + 100)),
+                     prefix=["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                             "--callgrind-out-file=" + os.path.join(out_dir, "cg.out")])
+        pid = str(s.proc.pid)
+        socks = []
+        try:
+            s.conn.call("TB.CONFIG", "SET", "max-blocked", str(2 * COST_CALLS))
+            for i in range(COST_CALLS):
+                so = socket.create_connection(("127.0.0.1", s.port))
+                so.sendall(encode_call("f%d" % (i % flows)))
+                socks.append(so)
+            replies = []
+            stop = threading.Event()
+            t = threading.Thread(target=ask_again, args=(socks, flows, replies, stop),
+                                 daemon=True)
+            t.start()
+            wait_queued(s.conn, COST_CALLS - 10, "%d flows" % flows)
+            subprocess.run(["callgrind_control", "-i", "on", pid], capture_output=True,
+                           check=True)
+            time.sleep(1)
+            subprocess.run(["callgrind_control", "-z", pid], capture_output=True, check=True)
+            start = time.monotonic()
+            time.sleep(seconds)
+            end = time.monotonic()
+            before = set(os.listdir(out_dir))
+            subprocess.run(["callgrind_control", "-d", "flows_%d" % flows, pid],
+                           capture_output=True, check=True)
+            dump = B.wait_new_file(out_dir, before)
+            stop.set()
+            t.join(timeout=10)
+            grants = sum(1 for x in replies if start <= x <= end)
+            total = B.total_ir(dump)
+            cron = B.inclusive_ir(dump).get("serverCron", 0)
+            out["flows"][str(flows)] = {"grants": grants, "instructions": total,
+                                        "server_cron": cron,
+                                        "per_grant": (total - cron) / grants}
+        finally:
+            for so in socks:
+                so.close()
+            s.stop()
+            shutil.rmtree(out_dir, ignore_errors=True)
+    return out
+
+
+def encode_call(flow):
+    return B.encode(call_args(flow, 1, True))
+
+
+def ask_again(socks, flows, replies, stop):
+    """Each connection sends its call again as soon as it is answered (its
+    reply: an array of 5 integers, 6 lines); `replies` gets the times."""
+    sel = selectors.DefaultSelector()
+    bufs = {}
+    for i, so in enumerate(socks):
+        so.setblocking(False)
+        sel.register(so, selectors.EVENT_READ, i)
+        bufs[i] = b""
+    while not stop.is_set():
+        for key, _ in sel.select(timeout=0.1):
+            i = key.data
+            try:
+                data = key.fileobj.recv(4096)
+            except BlockingIOError:
+                continue
+            if not data:
+                sel.unregister(key.fileobj)
+                continue
+            bufs[i] += data
+            if bufs[i].count(b"\r\n") >= 6:
+                replies.append(time.monotonic())
+                bufs[i] = b""
+                key.fileobj.sendall(encode_call("f%d" % (i % flows)))
+    sel.close()
 
 
 def queue_cost():
@@ -337,6 +449,8 @@ def main():
     ap.add_argument("--module", default=os.path.join(B.ROOT, "target", "release", "libtb.so"))
     ap.add_argument("--server", default=shutil.which("redis-server") or "/usr/bin/redis-server")
     ap.add_argument("--out", default=OUT)
+    ap.add_argument("--callgrind-seconds", type=float, default=2.0,
+                    help="how long the server's instructions are counted, per case")
     a = ap.parse_args()
     a.module = os.path.abspath(a.module)
     if not os.path.exists(a.module):
@@ -356,6 +470,7 @@ def main():
     results["burst_backlog"] = bursts(a.server, a.module, True)
     results["burst_alone"] = bursts(a.server, a.module, False)
     results["queue_cost"] = queue_cost()
+    results["server_cost"] = server_cost(a.server, a.module, a.callgrind_seconds)
     results["machine"]["loadavg_end"] = os.getloadavg()[0]
     results["machine"]["run_seconds"] = round(time.time() - started)
     with open(a.out, "w") as f:

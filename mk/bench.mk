@@ -15,9 +15,10 @@
 #                      minute per server; part of make bench), then the report
 #   make bench-fair    only issue 22's fair share of a saturated bucket among
 #                      flows (FLOW, 200 + 10 waiting clients through
-#                      redis-py) and the cost of choosing the next waiter
-#                      with up to 100,000 flows (about a minute; part of
-#                      make bench), then the report
+#                      redis-py), the cost of choosing the next waiter with
+#                      up to 100,000 flows and the server's instructions per
+#                      grant with 10,000 (about 2 minutes; part of make
+#                      bench), then the report
 #   make bench-smoke   a tiny run with sanity checks (about 10 s; part of
 #                      `make test` through EXTRA_TESTS)
 

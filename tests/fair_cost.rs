@@ -26,7 +26,7 @@ use fair::FairQueue;
 
 /// Flow counts measured.
 const FLOWS: [usize; 4] = [1, 100, 10_000, 100_000];
-/// Grants per timed round, and rounds per flow count (the median is kept).
+/// Grants per flow count and round, and rounds (medians are kept).
 const GRANTS: usize = 1_000_000;
 const ROUNDS: usize = 5;
 /// Calls each flow keeps waiting.
@@ -64,19 +64,36 @@ fn grant(q: &mut FairQueue<usize>, names: &[Vec<u8>], grants: usize) -> Vec<usiz
     served
 }
 
-fn ns_per_grant(flows: usize) -> (f64, Vec<f64>) {
-    let names = names(flows);
-    let mut q = filled(&names);
-    grant(&mut q, &names, GRANTS / 10); // warm up: every flow served
-    let mut rounds: Vec<f64> = (0..ROUNDS)
-        .map(|_| {
-            let start = Instant::now();
-            black_box(grant(&mut q, &names, GRANTS));
-            start.elapsed().as_nanos() as f64 / GRANTS as f64
+/// Nanoseconds per grant at each of [`FLOWS`], round by round: every round
+/// times each flow count once, so that other load on the machine weighs on
+/// all of them alike (and their ratios are taken within a round).
+fn ns_per_grant() -> Vec<Vec<f64>> {
+    let mut queues: Vec<(Vec<Vec<u8>>, FairQueue<usize>)> = FLOWS
+        .iter()
+        .map(|&flows| {
+            let names = names(flows);
+            let mut q = filled(&names);
+            grant(&mut q, &names, GRANTS / 10); // warm up: every flow served
+            (names, q)
         })
         .collect();
-    rounds.sort_by(f64::total_cmp);
-    (rounds[ROUNDS / 2], rounds)
+    (0..ROUNDS)
+        .map(|_| {
+            queues
+                .iter_mut()
+                .map(|(names, q)| {
+                    let start = Instant::now();
+                    black_box(grant(q, names, GRANTS));
+                    start.elapsed().as_nanos() as f64 / GRANTS as f64
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
 }
 
 /// The loop serves flows in turn (equal weights, every flow waiting).
@@ -97,23 +114,28 @@ fn main() {
         return;
     }
     smoke();
+    let rounds = ns_per_grant();
     let rows: Vec<String> = FLOWS
         .iter()
-        .map(|&flows| {
-            let (median, rounds) = ns_per_grant(flows);
-            eprintln!("fair_cost: {flows} flows: {median:.1} ns per grant (rounds {rounds:.1?})");
+        .enumerate()
+        .map(|(i, &flows)| {
+            let ns: Vec<f64> = rounds.iter().map(|r| r[i]).collect();
+            let m = median(ns.clone());
+            eprintln!("fair_cost: {flows} flows: {m:.1} ns per grant (rounds {ns:.1?})");
             format!(
-                "{{\"flows\": {flows}, \"ns_per_grant\": {median:.2}, \"rounds_ns\": [{}]}}",
-                rounds
-                    .iter()
+                "{{\"flows\": {flows}, \"ns_per_grant\": {m:.2}, \"rounds_ns\": [{}]}}",
+                ns.iter()
                     .map(|r| format!("{r:.2}"))
                     .collect::<Vec<_>>()
                     .join(", ")
             )
         })
         .collect();
+    let at = |flows: usize| FLOWS.iter().position(|&f| f == flows).expect("measured");
+    let ratio = median(rounds.iter().map(|r| r[at(10_000)] / r[at(100)]).collect());
     println!(
-        "{{\"grants_per_round\": {GRANTS}, \"rounds\": {ROUNDS}, \"depth\": {DEPTH}, \"rows\": [{}]}}",
+        "{{\"grants_per_round\": {GRANTS}, \"rounds\": {ROUNDS}, \"depth\": {DEPTH}, \
+         \"ratio_10000_100\": {ratio:.4}, \"rows\": [{}]}}",
         rows.join(", ")
     );
 }
