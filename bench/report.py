@@ -644,13 +644,13 @@ def fair_section(x):
                    p["capacity"], x["no_flow"]["admission"]["excess"],
                    x["no_flow"]["server_tokens_granted"]))
     out.append("The server's own count of tokens granted (`INFO tb`) agrees with the clients': "
-               "%s. The replies of the run without `FLOW` are late too (the longest gap "
-               "after B's last grant there: %.1f ms), the machine being shared, but its "
-               "tokens are not lost: they were reserved at the refill's pace.\n" % (
+               "%s. The run without `FLOW` stalled too (%d gaps of more than two refill "
+               "intervals, %.0f ms in all), the machine being shared, but its tokens were not "
+               "lost: they were reserved at the refill's pace.\n" % (
                    "; ".join("%s %d and %d" % (n, r["server_tokens_granted"],
                                                r["clients_granted"])
                              for n, r in (("equal weights", eq), ("3:1", x["weighted"]))),
-                   x["no_flow"]["after_b"]["max_gap_ms"]))
+                   x["no_flow"]["stalls"]["count"], x["no_flow"]["stalls"]["lost_ms"]))
     c = x["queue_cost"]
     out.append("**The cost of choosing the next waiter** (`tests/fair_cost.rs`, `cargo test "
                "--release --test fair_cost -- --ignored --nocapture`): `FairQueue` with every "
