@@ -572,7 +572,8 @@ def fair_section(x):
                    p["a_head_s"], p["b_clients"], p["b_seconds"], p["after_s"]))
     out.append("| run | B's share while both wait | grants A : B | B's wait p50 / p99 "
                "| after B's last grant: first gap, longest of %d, A's grants in 1 s "
-               "| median interval between grants | gaps over 2 intervals: count, their time beyond 1 interval "
+               "| median interval between grants "
+               "| gaps over 2 intervals: count, their time beyond 1 interval "
                "| grants - (capacity + rate * T) | load average at the start |"
                % p["gap_intervals"])
     out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
