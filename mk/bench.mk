@@ -2,7 +2,7 @@
 # token bucket of the seed documents, on servers the driver starts itself on
 # free loopback ports.
 #
-#   make bench         the whole suite (about 8 minutes): writes BENCHMARKS.md,
+#   make bench         the whole suite (about 9 minutes): writes BENCHMARKS.md,
 #                      bench/benchmarks.png, bench/results.json and
 #                      docs/bench-summary.md
 #   make bench-topkeys only what the TB.TOP sketches cost TB.CONSUME (about
@@ -47,7 +47,7 @@ bench-venv:
 	@$(CURDIR)/mk/venv.sh $(BENCH_VENV)
 	@$(BENCH_PY) -m pip install --quiet --disable-pip-version-check $(BENCH_PIP)
 
-bench: build redis8 test-deps bench-deps bench-venv python-venv ## the benchmark suite (about 8 min): BENCHMARKS.md and friends
+bench: build redis8 test-deps bench-deps bench-venv python-venv ## the benchmark suite (about 9 min): BENCHMARKS.md and friends
 	$(BENCH_PY) bench/bench.py --module $(MODULE) --server $(REDIS_SERVER_SYS) \
 	  --server8 "$(REDIS8_SERVER)"
 	$(BENCH_PY) bench/topkeys.py --module $(MODULE) --server $(REDIS_SERVER_SYS)
