@@ -38,8 +38,9 @@ pub struct BucketKey<'c, M> {
     /// treats as an empty key everywhere below).
     key: *mut raw::RedisModuleKey,
     name: KeyName<'c>,
-    /// The bucket found when the key was opened.
-    stored: Option<Bucket>,
+    /// The bucket found when the key was opened, with the tokens of the
+    /// leases [`BucketKey::stored_at`] expired since.
+    stored: Cell<Option<Bucket>>,
     /// The stored value found when the key was opened (null if none), so
     /// that [`BucketKey::put`] writes it in place without asking Redis again.
     value: Cell<*mut c_void>,
@@ -67,7 +68,7 @@ impl<'a> Ctx<'a> {
     #[inline]
     pub fn open_bucket<'c>(&'c self, name: KeyName<'c>) -> Result<BucketKey<'c, Write>, CmdError> {
         let key = BucketKey::open(self, name, true)?;
-        if key.stored.is_none() && self.refuses_new_buckets() {
+        if key.stored.get().is_none() && self.refuses_new_buckets() {
             return Err(ERR_OOM.into());
         }
         Ok(key)
@@ -144,30 +145,34 @@ impl<'c, M> BucketKey<'c, M> {
         // SAFETY: ctx and name are live for this call; the key is closed in Drop.
         let key =
             unsafe { raw::RedisModule_OpenKey.unwrap()(ctx.as_ptr(), name.as_ptr(), mode) }.cast();
-        let mut k = BucketKey {
+        let k = BucketKey {
             ctx,
             key,
             name,
-            stored: None,
+            stored: Cell::new(None),
             value: Cell::new(std::ptr::null_mut()),
             leases: RefCell::new(Leases::default()),
             write: mode & raw::KeyMode::WRITE.bits() != 0,
             written: Cell::new(false),
             _mode: PhantomData,
         };
-        k.stored = k.get()?;
+        k.stored.set(k.get()?);
         Ok(k)
     }
 
     /// The stored bucket as of `now_us`: the tokens of leases expired by
     /// then are back in it, and those leases are gone from
     /// [`BucketKey::leases`] (written with the next commit; until then the
-    /// stored state still has them, which reads the same).
+    /// stored state still has them, which reads the same). The bucket kept
+    /// here gets those tokens too, so a second call answers the same bucket
+    /// (leases and tokens move together, never one without the other).
     pub fn stored_at(&self, now_us: i64) -> Option<Bucket> {
-        self.stored.map(|mut b| {
+        let b = self.stored.get().map(|mut b| {
             self.leases.borrow_mut().expire(&mut b, now_us);
             b
-        })
+        });
+        self.stored.set(b);
+        b
     }
 
     /// The leases held on this key (as of [`BucketKey::stored_at`]'s time).
@@ -268,7 +273,7 @@ impl<'c> BucketKey<'c, Write> {
             }
         };
         self.signal_modified();
-        self.notify_written(deleted && self.stored.is_some());
+        self.notify_written(deleted && self.stored.get().is_some());
     }
 
     /// Stores `b` with the absolute expiry `at_ms` (0: none) exactly as
@@ -310,7 +315,7 @@ impl<'c> BucketKey<'c, Write> {
     pub fn delete_state(&self) {
         self.ctx.mark_effects();
         self.written.set(true);
-        if self.stored.is_some() {
+        if self.stored.get().is_some() {
             self.delete();
             self.signal_modified();
             self.notify_written(true);
