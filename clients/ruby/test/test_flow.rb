@@ -290,6 +290,40 @@ class ModuleFlowTest < Minitest::Test
     redis&.close
   end
 
+  # A timeout longer than the server's tb.max-wait-ms: refused once, the
+  # limit is learnt, and the wait goes on in calls of at most that.
+  def test_a_timeout_beyond_the_servers_longest_wait_is_waited_in_parts
+    was = @redis.call("CONFIG", "GET", "tb.max-wait-ms")[1]
+    @redis.call("CONFIG", "SET", "tb.max-wait-ms", "300")
+    lim = own_limiter
+    bucket = lim.bucket("parts", rate: "1.5", capacity: 1) # a token every 667 ms
+    bucket.consume
+    t = mono
+    assert bucket.acquire(1, timeout: 3, flow: "a").allowed?
+    assert_operator mono - t, :>, 0.5, "granted at the refill, after more than one 300 ms wait"
+    assert_equal 0.3, lim.max_wait
+  ensure
+    lim&.client&.close
+    @redis.call("CONFIG", "SET", "tb.max-wait-ms", was) if was
+  end
+
+  # Past tb.max-blocked the server answers a queued call at once: the
+  # client pauses until the tokens are due instead of asking in a loop.
+  def test_a_call_answered_before_its_wait_pauses_until_the_tokens_are_due
+    was = @redis.call("CONFIG", "GET", "tb.max-blocked")[1]
+    @redis.call("CONFIG", "SET", "tb.max-blocked", "0")
+    bucket = @lim.bucket("nowait", rate: "2", capacity: 1) # a token every 500 ms
+    bucket.consume
+    @redis.call("CONFIG", "RESETSTAT")
+    t = mono
+    assert bucket.acquire(1, timeout: 3, flow: "a").allowed?
+    assert_operator mono - t, :>, 0.4, "granted at the refill"
+    calls = @redis.info("commandstats").dig("tb.consume", "calls").to_i
+    assert_operator calls, :<=, 4, "a few tries, not a busy loop"
+  ensure
+    @redis.call("CONFIG", "SET", "tb.max-blocked", was) if was
+  end
+
   def test_a_wait_that_runs_out_raises_and_takes_nothing
     bucket = @lim.bucket("out", rate: "1/h", capacity: 1)
     bucket.consume
