@@ -155,9 +155,12 @@ function validRate(rate) {
 /** Equal replies, except that an integer beyond 2^53 reaches Redis from Lua as the nearest double. */
 function agree(m, lua) {
   if (Array.isArray(m) && Array.isArray(lua)) return m.length === lua.length && m.every((x, i) => agree(x, lua[i]));
-  if (typeof m === 'string' && typeof lua === 'string' && /^-?\d+$/.test(m) && /^-?\d+$/.test(lua)) {
-    const a = BigInt(m);
-    const b = BigInt(lua);
+  // An integer, or the whole part of a decimal (TB.INFO's tokens), beyond
+  // 2^53: a debt the script holds as the nearest double (tb.lua's header).
+  const whole = /^(-?\d+)(\.\d+)?$/;
+  if (typeof m === 'string' && typeof lua === 'string' && whole.test(m) && whole.test(lua)) {
+    const a = BigInt(m.match(whole)[1]);
+    const b = BigInt(lua.match(whole)[1]);
     const abs = (x) => (x < 0n ? -x : x);
     if (abs(a) > MAX_AMOUNT) return abs(a - b) * 2n ** 51n <= abs(a);
   }
