@@ -163,14 +163,6 @@ impl<K: Hash + Eq + Clone> WaitQueue<K> {
     }
 }
 
-/// When a first-in-line call that was just denied should be tried again,
-/// in ms from now: its reply's `retry_after_ms` (the refill or a lease's
-/// expiry, whichever comes first), at least 1 ms; `None` when it can never
-/// fit (-1): it then waits for a give-back or its own timeout.
-pub fn retry_in_ms(retry_after_ms: i64) -> Option<u64> {
-    (retry_after_ms >= 0).then(|| retry_after_ms.max(1) as u64)
-}
-
 /// Whether two waiting calls ask the same (their arguments equal but for
 /// the value after `BLOCK`, how long each waits): the second may then fit
 /// exactly when the first would have.
@@ -263,13 +255,6 @@ mod tests {
         assert!(same_request(&a, &b));
         assert!(!same_request(&a, &c));
         assert!(!same_request(&a, &a[..4]));
-    }
-
-    #[test]
-    fn retry_time_follows_the_denial() {
-        assert_eq!(retry_in_ms(-1), None);
-        assert_eq!(retry_in_ms(0), Some(1));
-        assert_eq!(retry_in_ms(250), Some(250));
     }
 
     /// A virtual clock: 40 calls wait on an in-flight limit of 4, each

@@ -11,7 +11,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{answer, err, info_tb, ints, Server};
+use common::{answer, err, info_tb, ints, Server, ServerConfig};
 
 /// `TB.INFO key`'s `waiting` and per-flow `waiting_flows` (name -> waiting).
 fn queue_of(c: &mut redis::Connection, key: &str) -> (i64, HashMap<String, (i64, i64)>) {
@@ -332,5 +332,72 @@ fn refill_timers_serve_the_flows_fairly_within_the_admission_bound() {
     assert!(
         elapsed >= Duration::from_millis(13 * 50 - 1),
         "14 grants in {elapsed:?}"
+    );
+}
+
+/// The bucket's stored time (`TB.INFO`'s `updated_at_ms`).
+fn updated_at_ms(c: &mut redis::Connection, key: &str) -> i64 {
+    let info: Vec<redis::Value> = redis::cmd("TB.INFO").arg(key).query(c).unwrap();
+    let at = info
+        .iter()
+        .position(|v| *v == redis::Value::BulkString(b"updated_at_ms".to_vec()))
+        .expect("updated_at_ms");
+    match &info[at + 1] {
+        redis::Value::Int(n) => *n,
+        v => panic!("{v:?}"),
+    }
+}
+
+/// Timers that run late (here the main thread stalls 0.5 s) waste no
+/// refill: each waiting call is granted as of the moment it could first
+/// fit, so 8 calls on a bucket of 10/s, capacity 1, take 8 refills of
+/// bucket time (0.8 s) however late they were answered; granted when the
+/// timers ran, they would take about 0.4 s more (the tokens a bucket of
+/// capacity 1 could not hold during the stall). The calls lease their
+/// token (held a minute), so the key stays while the test reads it.
+#[test]
+fn a_late_timer_wastes_no_refill() {
+    let s = Server::start_with(ServerConfig {
+        args: vec!["--enable-debug-command".into(), "yes".into()],
+        ..ServerConfig::default()
+    });
+    let mut c = s.conn();
+    let call = [
+        "TB.CONSUME",
+        "k",
+        "10",
+        "1",
+        "1",
+        "BLOCK",
+        "60000",
+        "LEASE",
+        "60000",
+        "FLOW",
+        "a",
+    ];
+    assert_eq!(ints(&mut c, &call)[0], 1, "the one token there");
+    let first = updated_at_ms(&mut c, "k");
+    let mut waiting: Vec<_> = (0..8)
+        .map(|_| {
+            let before = blocked(&mut c);
+            let (w, _) = s.send(&call);
+            s.wait_for("the call to queue", Duration::from_secs(10), |c| {
+                blocked(c) == before + 1
+            });
+            w
+        })
+        .collect();
+    let _: () = redis::cmd("DEBUG")
+        .arg("SLEEP")
+        .arg("0.5")
+        .query(&mut c)
+        .unwrap();
+    for w in &mut waiting {
+        assert_eq!(answer(w).unwrap()[0], 1);
+    }
+    let span = updated_at_ms(&mut c, "k") - first;
+    assert!(
+        (700..=900).contains(&span),
+        "8 grants over {span} ms of bucket time"
     );
 }

@@ -1,5 +1,7 @@
 //! The server clock, read once per command.
 
+use std::cell::Cell;
+
 use redis_module::raw;
 
 /// Server time in microseconds since the Unix epoch.
@@ -8,7 +10,14 @@ use redis_module::raw;
 /// command, MULTI/EXEC or script) and the millisecond clock on 7.0, where no
 /// cached clock is exposed to modules. Callers read it once per command and
 /// pass the value down, so every key in one command sees the same instant.
+/// Inside [`as_of`], the earlier of that instant and the clock.
 pub fn now_us() -> i64 {
+    let now = server_now_us();
+    AS_OF.with(Cell::get).map_or(now, |at| at.min(now))
+}
+
+/// The server's clock, whatever [`as_of`] says.
+pub fn server_now_us() -> i64 {
     // SAFETY: the API pointers are written once by RedisModule_Init before any
     // command runs and only read afterwards, all on the main thread.
     unsafe {
@@ -20,4 +29,27 @@ pub fn now_us() -> i64 {
             },
         }
     }
+}
+
+thread_local! {
+    /// The instant [`as_of`] reads the clock at, while it runs. Main thread.
+    static AS_OF: Cell<Option<i64>> = const { Cell::new(None) };
+}
+
+/// Runs `f` with [`now_us`] reading `at_us` (when that is earlier than the
+/// clock): a waiting call whose timer ran late is granted as of the moment
+/// it could first fit (`glue::lease_wait`), so a late timer wastes no
+/// refill. Safe for the admission bound: the tokens existed then, and a
+/// bucket's stored time never moves backwards (a read before it counts no
+/// refill, as after a clock step back).
+pub fn as_of<T>(at_us: i64, f: impl FnOnce() -> T) -> T {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            AS_OF.with(|a| a.set(None));
+        }
+    }
+    AS_OF.with(|a| a.set(Some(at_us)));
+    let _reset = Reset;
+    f()
 }

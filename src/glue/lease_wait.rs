@@ -40,7 +40,7 @@ use redis_module::raw;
 
 use super::entry::{guard, Args, CmdError, CmdResult, Ctx};
 use super::reply::Replier;
-use super::{blocking, stats, waker};
+use super::{blocking, clock, stats, waker};
 use crate::errors;
 use crate::parse::Flow;
 use crate::waitq::{self, WaitQueue, WaiterId};
@@ -125,8 +125,9 @@ struct State {
     queue: WaitQueue<QKey>,
     waiters: HashMap<WaiterId, Waiter>,
     by_handle: HashMap<usize, WaiterId>,
-    /// Ready timers' tickets, to the call each tries.
-    tickets: HashMap<u64, WaiterId>,
+    /// Ready timers' tickets, to the call each tries and the instant it may
+    /// fit, on the server's clock (a late timer grants as of then).
+    tickets: HashMap<u64, (WaiterId, i64)>,
     next_ticket: u64,
 }
 
@@ -244,7 +245,7 @@ pub fn wait(
     match block(ctx, args, wait_ms, queued, event, attempt) {
         Some(id) => match retry {
             // Alone in its queue: tried again when it may fit.
-            Some(ms) => schedule_ready(id, ms),
+            Some(ms) => schedule_ready(id, due_in(ms)),
             // Behind others, unless its flow puts it first in line: then it
             // is tried at once (from a timer, where writing is ordinary).
             None => {
@@ -355,7 +356,7 @@ pub fn after_give_back(ctx: &Ctx<'_>, key: &[u8]) {
         return;
     }
     let k = (selected_db(ctx.as_ptr()), key.to_vec());
-    serve(ctx.as_ptr(), k);
+    serve(ctx.as_ptr(), k, None);
 }
 
 /// What a blocked client is answered.
@@ -399,7 +400,9 @@ fn take(id: WaiterId, hand_over: bool, served: bool) -> Option<(Waiter, QKey, bo
                     && nw.ready.is_none()
                 {
                     nw.ready = Some((timer, ticket));
-                    s.tickets.insert(ticket, n);
+                    if let Some(t) = s.tickets.get_mut(&ticket) {
+                        t.0 = n;
+                    }
                     w.ready = None;
                     handed = true;
                 }
@@ -474,35 +477,56 @@ fn try_waiter(
 /// Tries the first in line of `key`'s queue, granting while they fit. A
 /// first in line that does not fit waits in the queue of the bucket that
 /// makes it wait (it moves there if that is another of its buckets) with a
-/// timer for when it may fit.
-fn serve(ctx: *mut raw::RedisModuleCtx, key: QKey) {
+/// timer for when it may fit. With `as_of` (a timer that ran late), the
+/// tries are made as of that instant and then as of each instant the next
+/// one could fit, up to now ([`clock::as_of`]): grants come when the
+/// tokens did, and a late timer wastes no refill.
+fn serve(ctx: *mut raw::RedisModuleCtx, key: QKey, as_of: Option<i64>) {
     let Some(ctx) = NonNull::new(ctx) else { return };
     let db = selected_db(ctx.as_ptr());
     let mut denied = HashSet::new();
+    let mut at = as_of.filter(|&t| t < clock::server_now_us());
     let mut work = vec![key];
     while let Some(k) = work.pop() {
         while let Some(id) = STATE.with(|s| s.borrow().queue.first(&k)) {
-            if !denied.insert(id) {
+            if denied.contains(&id) {
                 break;
             }
-            match try_waiter(ctx, id, false) {
+            let outcome = match at {
+                Some(t) => clock::as_of(t, || try_waiter(ctx, id, false)),
+                None => try_waiter(ctx, id, false),
+            };
+            match outcome {
                 Some(Ok(t)) if !t.granted => {
-                    let moved = STATE.with(|s| {
-                        let s = &mut *s.borrow_mut();
+                    let from = at.unwrap_or_else(clock::server_now_us);
+                    let due =
+                        (t.retry_after_ms >= 0).then(|| from + t.retry_after_ms.max(1) * 1000);
+                    let to = STATE.with(|s| {
+                        let s = s.borrow();
                         let w = s.waiters.get(&id)?;
-                        let (to, cost) = (w.keys.get(t.blocking)?.clone(), w.costs[t.blocking]);
-                        (to != k).then(|| {
-                            s.queue.move_to(id, to.clone(), cost);
-                            to
-                        })
+                        Some((w.keys.get(t.blocking)?.clone(), w.costs[t.blocking]))
                     });
-                    if STATE.with(|s| s.borrow().queue.is_first(id)) {
-                        schedule_ready(id, t.retry_after_ms);
+                    let Some((to, cost)) = to else { break };
+                    // Its bucket would have had room before now: try it then.
+                    if let (true, Some(_), Some(d)) = (to == k, at, due) {
+                        if d < clock::server_now_us() {
+                            at = Some(d);
+                            continue;
+                        }
                     }
-                    match moved {
+                    denied.insert(id);
+                    let moved = to != k;
+                    if moved {
+                        STATE.with(|s| s.borrow_mut().queue.move_to(id, to.clone(), cost));
+                    }
+                    if STATE.with(|s| s.borrow().queue.is_first(id)) {
+                        schedule_ready(id, due);
+                    }
+                    if moved {
                         // The next in line here may fit.
-                        Some(to) => work.push(to),
-                        None => break,
+                        work.push(to);
+                    } else {
+                        break;
                     }
                 }
                 Some(outcome) => {
@@ -524,8 +548,9 @@ fn serve(ctx: *mut raw::RedisModuleCtx, key: QKey) {
     }
 }
 
-/// Sets (or moves) the timer that tries `id` again when it may fit.
-fn schedule_ready(id: WaiterId, retry_after_ms: i64) {
+/// Sets (or moves) the timer that tries `id` again at `due` (the server's
+/// clock, µs; `None`: no timer, it waits for a give-back or its deadline).
+fn schedule_ready(id: WaiterId, due: Option<i64>) {
     let old = STATE.with(|s| {
         let s = &mut *s.borrow_mut();
         let old = s.waiters.get_mut(&id).and_then(|w| w.ready.take());
@@ -537,11 +562,13 @@ fn schedule_ready(id: WaiterId, retry_after_ms: i64) {
     if let Some((timer, _)) = old {
         waker::stop(timer);
     }
-    if let Some(ms) = waitq::retry_in_ms(retry_after_ms) {
+    if let Some(due) = due {
+        let ms = (due - clock::server_now_us()).max(0) as u64;
+        let ms = ms.div_ceil(1000).max(1);
         let ticket = STATE.with(|s| {
             let s = &mut *s.borrow_mut();
             s.next_ticket += 1;
-            s.tickets.insert(s.next_ticket, id);
+            s.tickets.insert(s.next_ticket, (id, due));
             s.next_ticket
         });
         let timer = waker::create(
@@ -555,6 +582,12 @@ fn schedule_ready(id: WaiterId, retry_after_ms: i64) {
             }
         });
     }
+}
+
+/// When a denial that waits `retry_after_ms` (-1: no refill or expiry will
+/// do) may fit, on the server's clock.
+fn due_in(retry_after_ms: i64) -> Option<i64> {
+    (retry_after_ms >= 0).then(|| clock::server_now_us() + retry_after_ms.max(1) * 1000)
 }
 
 /// The time a first in line waited for came (on the main thread, with no
@@ -572,16 +605,16 @@ fn ready_due(data: *mut c_void) {
 extern "C" fn ready_fired(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     guard((), || {
         let ticket = data as usize as u64;
-        let key = STATE.with(|s| {
+        let found = STATE.with(|s| {
             let s = &mut *s.borrow_mut();
-            let id = s.tickets.remove(&ticket)?;
+            let (id, due) = s.tickets.remove(&ticket)?;
             if let Some(w) = s.waiters.get_mut(&id) {
                 w.ready = None;
             }
-            s.queue.key_of(id).cloned()
+            s.queue.key_of(id).cloned().map(|k| (k, due))
         });
-        if let Some(key) = key {
-            serve(ctx, key);
+        if let Some((key, due)) = found {
+            serve(ctx, key, Some(due));
         }
     })
 }
@@ -592,7 +625,7 @@ extern "C" fn serve_later(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     guard((), || {
         // SAFETY: data is the box leaked in `next_in_line`, used once.
         let key = unsafe { Box::from_raw(data.cast::<QKey>()) };
-        serve(ctx, *key);
+        serve(ctx, *key, None);
     })
 }
 
@@ -630,7 +663,7 @@ extern "C" fn timed_out(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
         let id = data as usize as WaiterId;
         let key = STATE.with(|s| s.borrow().queue.key_of(id).cloned());
         let Some(key) = key else { return };
-        serve(ctx, key);
+        serve(ctx, key, None);
         let Some(nn) = NonNull::new(ctx) else { return };
         if let Some(Some(outcome)) = STATE
             .with(|s| s.borrow().waiters.contains_key(&id))
@@ -643,7 +676,7 @@ extern "C" fn timed_out(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
                 };
                 hand_back(w.bc, Some(reply));
                 if !handed {
-                    serve(ctx, key);
+                    serve(ctx, key, None);
                 }
             }
         }
