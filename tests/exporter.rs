@@ -295,6 +295,8 @@ fn workload(c: &mut Connection) -> HashMap<String, i64> {
         ("tb_blocked_total", 0),
         ("tb_refunds", 1),
         ("tb_blocked_now", 0),
+        ("tb_waiting_calls", 0),
+        ("tb_waiting_flows", 0),
         ("tb_eviction_policy_can_evict_buckets", 0),
         ("tb_expire_idle", 1),
         ("tb_max_wait_ms", 60_000),

@@ -132,8 +132,9 @@ fn grants_from_expiry_refund_and_several_keys_replicate() {
         let reply = answer(&mut w).unwrap();
         assert_eq!(reply[0], 1, "{reply:?}");
     }
+    // Three TTLs on the server's clock, read in whole ms on Redis 7.0.
     assert!(
-        t.elapsed() >= Duration::from_millis(300),
+        t.elapsed() >= Duration::from_millis(299),
         "{:?}",
         t.elapsed()
     );
@@ -468,7 +469,9 @@ fn the_next_in_line_is_served_at_the_expiry_the_first_waited_for() {
     let r = answer(&mut next).unwrap();
     assert_eq!(r[0], 1, "{r:?}");
     let waited = t.elapsed();
-    assert!(waited >= Duration::from_millis(400), "{waited:?}");
+    // The lease expires 400 ms after it was granted on the server's clock,
+    // which Redis 7.0 reads in whole milliseconds: up to 1 ms early.
+    assert!(waited >= Duration::from_millis(399), "{waited:?}");
     assert!(
         waited < Duration::from_secs(5),
         "granted at the expiry, not at its deadline: {waited:?}"
