@@ -175,6 +175,14 @@ impl<'c, M> BucketKey<'c, M> {
         b
     }
 
+    /// The bucket as stored when the key was opened (with the tokens of the
+    /// leases [`BucketKey::stored_at`] expired, if it was called): with
+    /// [`BucketKey::leases`], the state `crate::decide` expires and decides
+    /// on.
+    pub fn stored(&self) -> Option<Bucket> {
+        self.stored.get()
+    }
+
     /// The leases held on this key (as of [`BucketKey::stored_at`]'s time).
     pub fn leases(&self) -> RefMut<'_, Leases> {
         self.leases.borrow_mut()
