@@ -114,9 +114,11 @@ fn grants_from_expiry_refund_and_several_keys_replicate() {
     let mut c = m.conn();
     // In flight 1, leases of 100 ms nobody releases: each waiter gets the
     // slot when the previous lease expires.
+    // Timed from before the first grant: the third waiter's grant comes at
+    // least three lease TTLs after it.
+    let t = Instant::now();
     let first = ints(&mut c, &slot_call("exp", "1", "100", "5000"));
     assert_eq!(first[0], 1);
-    let t = Instant::now();
     let waiters: Vec<_> = (0..3)
         .map(|i| {
             let (w, _) = m.send(&slot_call("exp", "1", "100", "5000"));

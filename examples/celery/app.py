@@ -63,4 +63,4 @@ def complete(prompt: str) -> dict[str, Any]:
     finally:
         api.close()
     return {"status": resp.status, "body": body, "retries": current_task.request.retries,
-            "pid": os.getpid(), "started": started, "late": started - turn}
+            "pid": os.getpid(), "started": started, "late": started - turn, "turn": turn, "prompt": prompt}

@@ -3,8 +3,8 @@
 It publishes "``rate`` calls per second, burst 1" (limits count when calls
 start; a completion takes ``latency`` seconds) and enforces it the strict
 way: a call that arrives less than ``1 / rate`` seconds after the previous
-accepted call gets 429. It records every arrival, so a test can show the
-fleet-wide rate held.
+accepted call gets 429. It records every arrival (``calls``: time, prompt,
+accepted), so a test can show the fleet-wide rate held.
 
 Tolerance: the limiter grants calls exactly ``1 / rate`` seconds apart on the
 Redis server's clock, to the millisecond (the module reads a millisecond
@@ -38,6 +38,7 @@ class FakeLLM:
         self.latency = latency  # seconds a completion takes, like a real LLM
         self.lock = threading.Lock()
         self.arrivals: list[float] = []  # wall-clock times of accepted calls
+        self.calls: list[dict[str, Any]] = []  # every call: at, prompt, ok
         self.rejected = 0
         self._last: float | None = None
         api = self
@@ -47,7 +48,7 @@ class FakeLLM:
                 now = time.time()
                 length = int(self.headers.get("Content-Length") or 0)
                 prompt = json.loads(self.rfile.read(length) or b"{}").get("prompt", "")
-                ok, wait = api._admit(now)
+                ok, wait = api._admit(now, prompt)
                 if ok:
                     time.sleep(api.latency)
                     self._send(200, {"text": f"summary of {prompt!r}"})
@@ -75,9 +76,12 @@ class FakeLLM:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def _admit(self, now: float) -> tuple[bool, float]:
+    def _admit(self, now: float, prompt: str) -> tuple[bool, float]:
         with self.lock:
-            if self._last is not None and now - self._last < self.interval - TOLERANCE:
+            ok = self._last is None or now - self._last >= self.interval - TOLERANCE
+            self.calls.append({"at": now, "prompt": prompt, "ok": ok})
+            if not ok:
+                assert self._last is not None
                 self.rejected += 1
                 return False, self.interval - (now - self._last)
             self._last = now
@@ -86,7 +90,8 @@ class FakeLLM:
 
     def stats(self) -> dict[str, Any]:
         with self.lock:
-            return {"accepted": len(self.arrivals), "rejected": self.rejected, "arrivals": list(self.arrivals)}
+            return {"accepted": len(self.arrivals), "rejected": self.rejected, "arrivals": list(self.arrivals),
+                    "calls": list(self.calls)}
 
     def start(self) -> "FakeLLM":
         self._thread.start()

@@ -102,17 +102,35 @@ function keyText(key) {
  * either order). Jobs denied because the backlog is longer than `maxWaitMs`
  * ask again when half the window has drained, in the order they come back.
  *
+ * Fair share: `flow` (a string or Buffer, or a function of the job giving
+ * one, e.g. `(job) => job.data.tenant`; null or undefined for no flow) and
+ * `weight` (a number, or a function of the job; default 1). A job with a
+ * flow waits in the worker, on the server, in its flow's queue of the
+ * bucket (TB.CONSUME ... BLOCK ms FLOW name [WEIGHT w], on a connection
+ * of its own, for at most `maxWaitMs`) and reserves nothing: while several
+ * flows wait, grants go to them in proportion to their weights, so one
+ * tenant's backlog cannot starve the others. A job whose wait runs out
+ * takes nothing and goes to the delayed set for the bucket's wait, then
+ * asks again. Each waiting job holds a slot of the worker's concurrency:
+ * only jobs a worker has started wait in a flow's queue. Not with `queue`
+ * (a rate-limited queue would keep every flow from the bucket). On the Lua
+ * fallback the flow is ignored: the job reserves as without it.
+ *
  * A job that can never get its tokens (cost above the bucket's capacity)
  * fails with UnrecoverableError.
  */
 export function limitProcessor(bucket, processor, options = {}) {
   if (typeof processor !== 'function') throw new TypeError('processor must be a function');
-  const { cost = 1, maxWaitMs, leadMs = 250, queue } = options;
+  const { cost = 1, maxWaitMs, leadMs = 250, queue, flow, weight } = options;
   if (!(leadMs >= 0)) throw new RangeError(`leadMs must be >= 0, got ${leadMs}`);
+  if (queue && flow !== undefined && flow !== null) {
+    throw new RangeError('flow cannot be combined with queue: a rate-limited queue would keep every flow from the bucket');
+  }
 
   return async function tbLimitedProcessor(job, token, signal) {
     const b = typeof bucket === 'function' ? await bucket(job) : bucket;
     const n = typeof cost === 'function' ? await cost(job) : cost;
+    const f = typeof flow === 'function' ? await flow(job) : flow;
     const key = keyText(b.key);
     const data = job.data;
     let held;
@@ -126,6 +144,21 @@ export function limitProcessor(bucket, processor, options = {}) {
     if (held && held.started === job.attemptsStarted && held.key === key) {
       // Back from the delayed set with the turn this job reserved.
       await waitTurn(held.due - Date.now(), signal, () => b.refund(n));
+      return processor(job, token, signal);
+    }
+
+    if (f !== undefined && f !== null && b.limiter.backend !== 'lua') {
+      const w = typeof weight === 'function' ? await weight(job) : weight;
+      try {
+        await b.acquire(n, { flow: f, weight: w, timeoutMs: maxWaitMs, signal });
+      } catch (e) {
+        if (!(e instanceof RateLimited)) throw e;
+        if (e.result.never) {
+          throw new UnrecoverableError(`tb: ${n} tokens of ${JSON.stringify(key)} can never be had (capacity ${b.capacity})`);
+        }
+        await job.moveToDelayed(Date.now() + Math.max(1, e.result.retryAfterMs), token);
+        throw new DelayedError();
+      }
       return processor(job, token, signal);
     }
 
@@ -200,18 +233,32 @@ async function waitTurn(ms, signal, giveBack) {
  * the provider), estimates kept charged and slots held until their TTL,
  * and the error goes to BullMQ (which retries the job as configured). A
  * release that fails after the processor returned does not fail the job.
+ *
+ * Fair share: `flow` and `weight` (values, or functions of the job, as for
+ * {@link limitProcessor}). A job with a flow waits in the worker, on the
+ * server, in its flow's queue of the bucket that makes it wait (for at
+ * most `maxWaitMs`, default the server's `tb.max-wait-ms`), then is delayed
+ * as above if its wait ran out. Ignored on the Lua fallback.
  */
 export function leaseProcessor(parts, processor, options = {}) {
   if (typeof processor !== 'function') throw new TypeError('processor must be a function');
-  const { ttlMs, maxDelayMs = 1000, returnOn, limiter } = options;
+  const { ttlMs, maxDelayMs = 1000, returnOn, limiter, flow, weight, maxWaitMs } = options;
   if (!(maxDelayMs >= 1)) throw new RangeError(`maxDelayMs must be >= 1, got ${maxDelayMs}`);
 
   return async function tbLeasedProcessor(job, token, signal) {
     const items = typeof parts === 'function' ? await parts(job) : parts;
     const owner = limiter ?? items[0][0].limiter;
+    const f = typeof flow === 'function' ? await flow(job) : flow;
+    const queued = f !== undefined && f !== null && owner.backend !== 'lua';
+    const w = !queued ? undefined : typeof weight === 'function' ? await weight(job) : weight;
     let lease;
     try {
-      lease = await owner.leaseMany(items, { ttlMs, timeoutMs: 0, signal });
+      lease = await owner.leaseMany(
+        items,
+        queued
+          ? { ttlMs, timeoutMs: maxWaitMs ?? owner.maxWaitMs, signal, flow: f, weight: w }
+          : { ttlMs, timeoutMs: 0, signal },
+      );
     } catch (e) {
       if (!(e instanceof RateLimited)) throw e;
       const r = e.result;

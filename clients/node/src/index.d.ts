@@ -38,7 +38,22 @@ export interface ReserveOptions {
   maxWaitMs?: number;
 }
 
-export interface AcquireOptions {
+/**
+ * Fair share under saturation: the flow a waiting call belongs to (a
+ * tenant, a priority class) and its weight. The call waits on the server in
+ * its flow's queue (BLOCK ms FLOW name [WEIGHT w], module only, on a
+ * dedicated connection); while several flows wait on a bucket, grants go to
+ * them in proportion to their weights, first come first served within a
+ * flow. Ignored on the Lua fallback (it polls: no fair share there).
+ */
+export interface FlowOptions {
+  /** The flow's name: 1 to 128 bytes (RangeError with the server's error line otherwise). */
+  flow?: string | Buffer;
+  /** The flow's weight: an integer from 1 to 1000000 (default 1); another needs `flow`. */
+  weight?: number;
+}
+
+export interface AcquireOptions extends FlowOptions {
   /** Give up (RateLimited) if the tokens are not due within this many ms (default: the server's longest wait). */
   timeoutMs?: number;
   /** Aborting ends the wait with the signal's reason and gives back what was reserved. */
@@ -108,6 +123,15 @@ export declare class MultiResult {
   readonly reply: number[];
 }
 
+/** A flow with calls waiting on a bucket (`BucketInfo.flows`). */
+export interface FlowInfo {
+  /** The flow's name, decoded as UTF-8 (`''`: the default flow of calls queued without FLOW). */
+  readonly name: string;
+  readonly weight: number;
+  /** Calls of this flow waiting on the bucket. */
+  readonly waiting: number;
+}
+
 /** The reply of TB.INFO as numbers (and the exact decimals). */
 export declare class BucketInfo {
   static fromReply(reply: ReadonlyArray<unknown>): BucketInfo;
@@ -125,6 +149,10 @@ export declare class BucketInfo {
   readonly resetAfterMs: number;
   /** -1 without expiry. */
   readonly ttlMs: number;
+  /** Calls queued on the bucket now; 0 when none. */
+  readonly waiting: number;
+  /** The flows with calls queued, in the order they will be served next; empty when none. */
+  readonly flows: ReadonlyArray<FlowInfo>;
 }
 
 /** `acquire`/`acquireMany` could not have the tokens within the timeout (or ever); nothing was taken. */
@@ -265,7 +293,7 @@ export declare class Lease<R extends Result | MultiResult = Result | MultiResult
   giveBack(): Promise<void>;
 }
 
-export interface LeaseOptions {
+export interface LeaseOptions extends FlowOptions {
   /** How long the lease lasts if never released, in ms (1 to 86400000). */
   ttlMs: number;
   /** How long to keep trying for it (default: until granted or never possible). */

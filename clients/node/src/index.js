@@ -251,15 +251,36 @@ export class BucketInfo {
     this.resetAfterMs = int(fields.reset_after_ms);
     /** Milliseconds until the key expires; -1 for no expiry. */
     this.ttlMs = int(fields.ttl_ms);
+    /** Calls queued on the bucket now (waiting for a grant, FLOW or not); 0 when none. */
+    this.waiting = fields.waiting === undefined ? 0 : int(fields.waiting);
+    /**
+     * The flows with calls queued on the bucket, in the order they will be
+     * served next: `{ name, weight, waiting }` (the name decoded as UTF-8;
+     * the default flow of calls queued without FLOW has the name `''`);
+     * empty when none wait.
+     */
+    this.flows = Object.freeze(flowsOf(fields.waiting_flows ?? []));
     Object.freeze(this);
   }
 
   /** Builds the info from TB.INFO's flat field/value array. */
   static fromReply(reply) {
     const fields = {};
-    for (let i = 0; i + 1 < reply.length; i += 2) fields[text(reply[i])] = text(reply[i + 1]);
+    for (let i = 0; i + 1 < reply.length; i += 2) {
+      const v = reply[i + 1];
+      fields[text(reply[i])] = Array.isArray(v) ? v : text(v);
+    }
     return new BucketInfo(fields);
   }
+}
+
+/** `waiting_flows`, a flat `[name, weight, waiting, ...]`, as frozen `{ name, weight, waiting }`. */
+function flowsOf(flat) {
+  const out = [];
+  for (let i = 0; i + 2 < flat.length; i += 3) {
+    out.push(Object.freeze({ name: text(flat[i]), weight: int(flat[i + 1]), waiting: int(flat[i + 2]) }));
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------
@@ -293,6 +314,37 @@ function waitArg(ms, what) {
     throw new RangeError(`${what} must be a finite number of milliseconds >= 0, got ${ms}`);
   }
   return Math.min(Math.floor(ms), MAX_WAIT_ARG_MS);
+}
+
+/** The server's errors for a bad FLOW or WEIGHT (the client checks them first). */
+const ERR_FLOW_NAME = 'ERR FLOW takes a name of 1 to 128 bytes';
+const ERR_WEIGHT = 'ERR WEIGHT takes an integer from 1 to 1000000, after FLOW name';
+const MAX_FLOW_BYTES = 128;
+const MAX_WEIGHT = 1_000_000;
+
+/**
+ * `FLOW name [WEIGHT w]` (WEIGHT left out when 1), or nothing without a
+ * flow; checked as the server checks them, before any round trip: a name
+ * of the wrong size or a weight out of range is a RangeError with the
+ * server's error line (a string is counted in UTF-8 bytes).
+ * @param {string | Buffer | undefined | null} flow
+ * @param {number | undefined | null} weight
+ * @returns {(string | Buffer)[]}
+ */
+function flowArgs(flow, weight = 1) {
+  const w = weight ?? 1;
+  if (typeof w !== 'number') throw new TypeError(`weight must be a number, not ${typeof w}`);
+  if (flow === undefined || flow === null) {
+    if (w !== 1) throw new RangeError(ERR_WEIGHT);
+    return [];
+  }
+  if (typeof flow !== 'string' && !Buffer.isBuffer(flow)) {
+    throw new TypeError(`flow must be a string or a Buffer, not ${typeof flow}`);
+  }
+  const bytes = Buffer.isBuffer(flow) ? flow.length : Buffer.byteLength(flow);
+  if (bytes < 1 || bytes > MAX_FLOW_BYTES) throw new RangeError(ERR_FLOW_NAME);
+  if (!Number.isInteger(w) || w < 1 || w > MAX_WEIGHT) throw new RangeError(ERR_WEIGHT);
+  return w === 1 ? ['FLOW', flow] : ['FLOW', flow, 'WEIGHT', String(w)];
 }
 
 /** Waits `ms`; an aborted `signal` ends the wait with its reason. */
@@ -469,24 +521,42 @@ export class Limiter {
    * and never holds the connection. An aborted `signal` gives the
    * reservation back (TB.REFUND on each bucket) and throws its reason.
    * Throws {@link RateLimited} when the wait would be longer.
+   *
+   * `flow` and `weight` (see {@link TokenBucket#acquire}): the call waits on
+   * the server (TB.MCONSUME ... BLOCK ms FLOW name [WEIGHT w], module only,
+   * on a dedicated connection) in the flow's queue of the bucket that makes
+   * it wait, reserving nothing, all or nothing; ignored on the Lua fallback.
    */
-  async acquireMany(parts, { timeoutMs, signal } = {}) {
+  async acquireMany(parts, { timeoutMs, signal, flow, weight } = {}) {
+    const queued = flowArgs(flow, weight);
     signal?.throwIfAborted();
     const items = [...parts];
     const label = items.map(([b]) => describeKey(b.key)).join(',');
     const limit = timeoutMs === undefined ? null : waitArg(timeoutMs, 'timeoutMs');
     const start = Date.now();
+    const refundAll = () => Promise.all(items.map(([b, n]) => (Number(n) > 0 ? b.refund(n) : null)));
+    if (queued.length > 0 && this.backend !== 'lua') {
+      if (items.length === 0) throw new RangeError('acquireMany needs at least one [bucket, n] pair');
+      const keys = items.map(([b]) => b.key);
+      const args = items.flatMap(([b, n]) => [b.rate, b._capacityArg, amountArg(n)]);
+      const r = await blockLease(
+        this,
+        (conn, w) => this._run(conn, 'TB.MCONSUME', keys, [...args, 'BLOCK', String(w), ...queued]),
+        (reply) => MultiResult.fromReply(reply),
+        label,
+        start + (limit ?? this.maxWaitMs),
+        signal,
+        (g) => (g.allowed ? refundAll() : null),
+      );
+      if (r) return r;
+    }
     for (;;) {
       // The default timeout follows what the limiter learns of the server.
       const remaining = Math.max(0, start + (limit ?? this.maxWaitMs) - Date.now());
       const { reply, windowMs } = await this._consumeMany(items, remaining);
       const r = MultiResult.fromReply(reply);
       if (r.allowed) {
-        if (r.retryAfterMs > 0) {
-          await waitReserved(r.retryAfterMs, signal, () =>
-            Promise.all(items.map(([b, n]) => (Number(n) > 0 ? b.refund(n) : null))),
-          );
-        }
+        if (r.retryAfterMs > 0) await waitReserved(r.retryAfterMs, signal, refundAll);
         return r;
       }
       if (r.never || r.retryAfterMs > remaining) throw new RateLimited(label, r);
@@ -504,9 +574,13 @@ export class Limiter {
    * {@link TokenBucket#lease} does, or, with `block: true`, waited for on
    * the server (BLOCK with LEASE, first come first served, one call per
    * grant; polled on the Lua fallback). Returns the {@link Lease}; see
-   * {@link Limiter#withLeases} for the form that settles for you.
+   * {@link Limiter#withLeases} for the form that settles for you. `flow`
+   * and `weight` (see {@link TokenBucket#acquire}) wait on the server in
+   * the flow's queue of the bucket that makes the call wait, as `block`
+   * does (with or without it); ignored on the Lua fallback.
    */
-  async leaseMany(parts, { ttlMs, timeoutMs, signal, block = false } = {}) {
+  async leaseMany(parts, { ttlMs, timeoutMs, signal, block = false, flow, weight } = {}) {
+    const queued = flowArgs(flow, weight);
     const items = [...parts].map(([bucket, n, kind]) => {
       if (kind !== undefined && kind !== 'estimate' && kind !== 'slot') {
         throw new RangeError(`a part's kind is 'estimate' or 'slot', not ${JSON.stringify(kind)}`);
@@ -525,10 +599,10 @@ export class Limiter {
     const deadline = timeoutMs === undefined ? null : Date.now() + waitArg(timeoutMs, 'timeoutMs');
     const parse = (reply) => MultiResult.fromReply(reply, false, true);
     const undo = (granted) => (granted.allowed ? new Lease(items, granted).giveBack() : null);
-    if (block && this.backend !== 'lua') {
+    if ((block || queued.length > 0) && this.backend !== 'lua') {
       const r = await blockLease(
         this,
-        (conn, w) => this._run(conn, 'TB.MCONSUME', keys, [...args, 'BLOCK', String(w)]),
+        (conn, w) => this._run(conn, 'TB.MCONSUME', keys, [...args, 'BLOCK', String(w), ...queued]),
         parse,
         label,
         deadline,
@@ -681,12 +755,34 @@ export class TokenBucket {
    * given back (TB.REFUND) at once, or with `block`, when the server's
    * delayed reply arrives. Throws {@link RateLimited} when the wait would be
    * longer than `timeoutMs` or the request can never succeed.
+   *
+   * `flow` (a tenant, a priority class: 1 to 128 bytes) and `weight` (1 to
+   * 1000000, default 1): the call waits on the server in its flow's queue
+   * (TB.CONSUME ... BLOCK ms FLOW name [WEIGHT w], module only, on a
+   * dedicated connection, whether or not `block` is set) and reserves
+   * nothing; while several flows wait on the bucket, grants go to them in
+   * proportion to their weights, first come first served within a flow.
+   * On the Lua fallback the flow is ignored (the call waits as without it).
    */
-  async acquire(n = 1, { timeoutMs, signal, block = false } = {}) {
+  async acquire(n = 1, { timeoutMs, signal, block = false, flow, weight } = {}) {
+    const queued = flowArgs(flow, weight);
     signal?.throwIfAborted();
     const limiter = this.limiter;
     const limit = timeoutMs === undefined ? null : waitArg(timeoutMs, 'timeoutMs');
     const start = Date.now();
+    if (queued.length > 0 && limiter.backend !== 'lua') {
+      const r = await blockLease(
+        limiter,
+        (conn, w) => limiter._run(conn, 'TB.CONSUME', [this.key], this._args(n, 'BLOCK', String(w), ...queued)),
+        (reply) => Result.fromReply(reply),
+        this.key,
+        start + (limit ?? limiter.maxWaitMs),
+        signal,
+        (g) => (g.granted > 0 ? this.refund(g.granted) : null),
+      );
+      // A queued grant replies as a non-blocking one: nothing left to wait.
+      if (r) return r;
+    }
     for (;;) {
       // The default timeout follows what the limiter learns of the server.
       const remaining = Math.max(0, start + (limit ?? limiter.maxWaitMs) - Date.now());
@@ -775,14 +871,21 @@ export class TokenBucket {
    * the server queues the call, first come first served, and answers it
    * when the lease is granted: one call per grant. On the Lua fallback (or
    * a module without it) it polls as above.
+   *
+   * `flow` and `weight` (see {@link TokenBucket#acquire}) make the call
+   * wait on the server in its flow's queue, as `block: true` does (with or
+   * without it): weighted fair share across flows. Ignored on the Lua
+   * fallback, which polls.
    */
-  async lease(n = 1, { ttlMs, timeoutMs, signal, keep = false, block = false } = {}) {
+  async lease(n = 1, { ttlMs, timeoutMs, signal, keep = false, block = false, flow, weight } = {}) {
     const lease = ['LEASE', String(leaseTtl(ttlMs)), ...(keep ? ['KEEP'] : [])];
+    const queued = flowArgs(flow, weight);
     const deadline = timeoutMs === undefined ? null : Date.now() + waitArg(timeoutMs, 'timeoutMs');
-    if (block && this.limiter.backend !== 'lua') {
+    if ((block || queued.length > 0) && this.limiter.backend !== 'lua') {
       const r = await blockLease(
         this.limiter,
-        (conn, w) => this.limiter._run(conn, 'TB.CONSUME', [this.key], this._args(n, ...lease, 'BLOCK', String(w))),
+        (conn, w) =>
+          this.limiter._run(conn, 'TB.CONSUME', [this.key], this._args(n, ...lease, 'BLOCK', String(w), ...queued)),
         (reply) => Result.fromReply(reply),
         this.key,
         deadline,
@@ -863,12 +966,13 @@ function leaseTtl(ttlMs) {
  * back (`undo`) and the reason thrown.
  */
 /**
- * Waits for a lease on the server (BLOCK with LEASE) on a dedicated
- * connection of `limiter`, until `deadline`: `send(conn, waitMs)` runs the
- * command, `parse` reads its reply, `undo(granted)` gives back a grant that
- * arrived after `signal` aborted. Returns null when the server cannot wait
- * for a lease (the Lua fallback, or a module without BLOCK with LEASE): the
- * caller polls.
+ * Waits in the server's queue of a bucket (BLOCK with LEASE, or with FLOW)
+ * on a dedicated connection of `limiter`, until `deadline`: `send(conn,
+ * waitMs)` runs the command, `parse` reads its reply, `undo(granted)` gives
+ * back a grant that arrived after `signal` aborted (an abort closes the
+ * connection: the server drops a call still queued). Returns null when the
+ * server cannot wait so (the Lua fallback, or a module without BLOCK with
+ * LEASE): the caller polls.
  */
 async function blockLease(limiter, send, parse, label, deadline, signal, undo) {
   let backoff = 10;
@@ -879,6 +983,16 @@ async function blockLease(limiter, send, parse, label, deadline, signal, undo) {
     let asked = left;
     const conn = await limiter._lease();
     let broken = false;
+    // Aborted: close the connection, so the server drops the call from the
+    // queue at once (a queued call takes nothing until granted); a grant
+    // already on its way is given back by `undo`.
+    const leave = () => {
+      broken = true;
+      Promise.resolve()
+        .then(() => conn.close())
+        .catch(() => {});
+    };
+    signal?.addEventListener('abort', leave, { once: true });
     const done = limiter
       ._withWait(left, (w) => send(conn, w))
       .then(
@@ -887,12 +1001,15 @@ async function blockLease(limiter, send, parse, label, deadline, signal, undo) {
           return parse(reply);
         },
         (e) => {
-          broken = !(e instanceof CommandError);
+          broken ||= !(e instanceof CommandError);
           if (limiter.backend === 'lua' || /LEASE cannot be combined/.test(String(e.message))) return null;
           throw e;
         },
       )
-      .finally(() => limiter._release(conn, broken));
+      .finally(() => {
+        signal?.removeEventListener('abort', leave);
+        limiter._release(conn, broken);
+      });
     const r = await (signal ? abortable(done, signal, (g) => (g ? undo(g) : null)) : done);
     if (r === null || r.allowed) return r;
     if (r.never || (deadline !== null && Date.now() >= deadline)) throw new RateLimited(label, r);

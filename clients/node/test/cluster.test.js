@@ -94,6 +94,21 @@ for (const lib of LIBRARIES) {
           assert.ok(r.allowed && waited > 150 && waited < 900, `block ${block}: ${waited}`);
         }
       });
+
+      test("calls with a flow wait in the queue on the key's node (ignored on the fallback)", async () => {
+        // A grant every 250 ms: the four calls wait up to a second.
+        const b = limiter.bucket('{b}:shared', 4, 1);
+        await b.consume();
+        const calls = ['A', 'B', 'A', 'B'].map((flow) => b.acquire(1, { flow, timeoutMs: 5000 }));
+        if (backend === 'module') {
+          const seen = new Set();
+          const end = Date.now() + 2000;
+          while (seen.size < 2 && Date.now() < end) for (const f of (await b.info())?.flows ?? []) seen.add(f.name);
+          assert.deepEqual([...seen].sort(), ['A', 'B'], 'both flows wait on the node');
+        }
+        for (const r of await Promise.all(calls)) assert.ok(r.allowed);
+        assert.equal(await cluster.redirections(), 0);
+      });
     });
   }
 }

@@ -4,9 +4,10 @@
 // the `limiter` suite (`acl=NAME:limiter:...`) is applied with ACL SETUSER
 // (`default` under another name, so the harness keeps its admin). Then,
 // logged in as that user (node-redis for the limiter, an admin connection
-// for BullMQ's own queue): consume, reserve, acquire (timer and BLOCK),
-// refund, info, consumeMany, acquireMany, a lease released and one settled,
-// withLease, withLeases, a batched bucket, and BullMQ's limitProcessor and
+// for BullMQ's own queue): consume, reserve, acquire (timer, BLOCK, and in
+// a flow), refund, info, consumeMany, acquireMany (and in a flow), a lease
+// released and one settled, withLease (and in a flow), withLeases, a
+// batched bucket, and BullMQ's limitProcessor (in a flow) and
 // leaseProcessor.
 
 import assert from 'node:assert/strict';
@@ -119,6 +120,7 @@ for (const user of USERS) {
       await step('reserve', async () => assert.ok((await b.reserve(1, { maxWaitMs: 1000 })).allowed));
       await step('acquire', async () => assert.ok((await b.acquire(1, { timeoutMs: 1000 })).allowed));
       await step('acquire block', async () => assert.ok((await b.acquire(1, { timeoutMs: 1000, block: true })).allowed));
+      await step('acquire in a flow', async () => assert.ok((await b.acquire(1, { timeoutMs: 1000, flow: 'acme', weight: 2 })).allowed));
       await step('refund', async () => assert.notEqual(await b.refund(1), undefined));
       await step('info', async () => assert.equal((await b.info())?.capacity, 10));
       const rpm = limiter.bucket(key('{t}:rpm'), '500/m', 500);
@@ -126,6 +128,9 @@ for (const user of USERS) {
       const slots = limiter.bucket(key('{t}:inflight'), 0, 8);
       await step('consumeMany', async () => assert.ok((await limiter.consumeMany([[rpm, 1], [tpm, 100]])).allowed));
       await step('acquireMany', async () => assert.ok((await limiter.acquireMany([[rpm, 1], [tpm, 100]], { timeoutMs: 1000 })).allowed));
+      await step('acquireMany in a flow', async () =>
+        assert.ok((await limiter.acquireMany([[rpm, 1], [tpm, 100]], { timeoutMs: 1000, flow: 'acme' })).allowed),
+      );
       await step('lease and release', async () => {
         const r = await slots.lease(1, { ttlMs: 60_000 });
         assert.equal(await slots.release(r.leaseId), 1);
@@ -135,6 +140,7 @@ for (const user of USERS) {
         assert.equal(await tpm.settle(r.leaseId, 2600), -600);
       });
       await step('withLease', async () => slots.withLease(1, { ttlMs: 60_000 }, async () => 'ok'));
+      await step('withLease in a flow', async () => slots.withLease(1, { ttlMs: 60_000, flow: 'acme' }, async () => 'ok'));
       await step('withLeases', async () =>
         limiter.withLeases([[rpm, 1], [tpm, 2000, 'estimate'], [slots, 1, 'slot']], { ttlMs: 60_000 }, async (lease) => {
           lease.used = 1500;
@@ -152,7 +158,7 @@ for (const user of USERS) {
         const queue = new Queue(qname, { connection: admin });
         const events = new QueueEvents(qname, { connection: admin });
         await events.waitUntilReady();
-        const limited = limitProcessor(limiter.bucket(key('bull'), '100', 1), async () => 'limited');
+        const limited = limitProcessor(limiter.bucket(key('bull'), '100', 1), async () => 'limited', { flow: () => 'acme' });
         const leased = leaseProcessor([[rpm, 1], [tpm, 100, 'estimate'], [slots, 1, 'slot']], async (_j, _t, _s, lease) => {
           lease.used = 50;
           return 'leased';
@@ -171,7 +177,7 @@ for (const user of USERS) {
         }
       });
       assert.equal(limiter.backend, 'module');
-      assert.equal(done.length, 14);
+      assert.equal(done.length, 17);
     });
   });
 }

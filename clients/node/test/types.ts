@@ -18,6 +18,7 @@ import {
   SCRIPT_SHA1,
   TokenBucket,
   type Backend,
+  type FlowInfo,
 } from 'tb-limiter';
 import { RESERVATION_FIELD, leaseProcessor, limitProcessor } from 'tb-limiter/bullmq';
 
@@ -42,18 +43,24 @@ export async function usage(): Promise<void> {
   await llm.peek();
   await llm.reserve(1, { maxWaitMs: 30_000 });
   await llm.acquire(1, { timeoutMs: 30_000, signal: AbortSignal.timeout(5_000), block: true });
+  await llm.acquire(1, { timeoutMs: 30_000, flow: 'acme', weight: 3 });
+  await llm.acquire(1, { flow: Buffer.from('acme') });
   const left: number | null = await llm.refund(800);
   const info: BucketInfo | null = await llm.info();
   if (info) {
     const n: number = info.tokens + info.capacity + info.rate + info.updatedAtMs + info.resetAfterMs + info.ttlMs;
     const s: string = info.tokensExact + info.rateExact;
-    void [n, s];
+    const waiting: number = info.waiting;
+    const flows: ReadonlyArray<FlowInfo> = info.flows;
+    const first: [string, number, number] | null = flows[0] ? [flows[0].name, flows[0].weight, flows[0].waiting] : null;
+    void [n, s, waiting, first];
   }
   const rpm = limiter.bucket('{acme}:rpm', '500/m', 500);
   const tpm = limiter.bucket('{acme}:tpm', '30000/m', 30_000);
   const m: MultiResult = await limiter.consumeMany([[rpm, 1], [tpm, 2000]], { maxWaitMs: 20_000 });
   const rem: ReadonlyArray<number> = m.remaining;
   await limiter.acquireMany([[rpm, 1], [tpm, 2000]], { timeoutMs: 20_000 });
+  await limiter.acquireMany([[rpm, 1], [tpm, 2000]], { timeoutMs: 20_000, flow: 'acme', weight: 2 });
   await limiter.execute('TB.INFO', ['k'], []);
   try {
     await llm.acquire();
@@ -83,6 +90,15 @@ export async function usage(): Promise<void> {
     { connection },
   );
   new Worker('all', limitProcessor(llm, async () => 1, { queue }), { connection });
+  new Worker(
+    'shared',
+    limitProcessor(llm, async (job: Job<{ tenant: string; paid: boolean }>) => job.data.tenant, {
+      flow: (job) => job.data.tenant,
+      weight: (job) => (job.data.paid ? 3 : 1),
+      maxWaitMs: 5_000,
+    }),
+    { connection },
+  );
   void [worker, RESERVATION_FIELD];
 
   // Leases: the failure rules, several limits at once, and BullMQ.
@@ -95,6 +111,8 @@ export async function usage(): Promise<void> {
     return 'reply';
   });
   const held: Lease<MultiResult> = await limiter.leaseMany(parts, { ttlMs: 60_000 });
+  await limiter.leaseMany(parts, { ttlMs: 60_000, flow: 'acme', weight: 2 });
+  await slots.lease(1, { ttlMs: 60_000, flow: 'acme' });
   await held.giveBack();
   await slots.withLease(1, { ttlMs: 60_000 }, async (lease: Lease<Result>) => lease.leaseId);
   await tpm.withLease(2000, { ttlMs: 60_000, keep: true }, async (lease) => {
@@ -108,7 +126,7 @@ export async function usage(): Promise<void> {
         lease.used = job.data.estimate;
         return 'done';
       },
-      { ttlMs: 60_000, maxDelayMs: 1000 },
+      { ttlMs: 60_000, maxDelayMs: 1000, flow: (job) => `t${job.data.estimate}`, weight: 2, maxWaitMs: 2000 },
     ),
     { connection },
   );
@@ -127,6 +145,8 @@ limiterFor().bucket('k', 1, '5');
 void limiterFor().bucket('k', 1, 5).acquire(1, 5000);
 // @ts-expect-error no such backend
 new Limiter(new Redis(), { backend: 'python' });
+// @ts-expect-error a flow is a name, not a number
+void limiterFor().bucket('k', 1, 5).acquire(1, { flow: 7 });
 
 function limiterFor(): Limiter {
   return new Limiter(new Redis());

@@ -198,3 +198,45 @@ def test_sync_mconsume_needs_no_getkeys(cluster: Cluster, limiter: Limiter) -> N
         with limiter.lease_many([(tpm, 10)], ttl={0: 60}):
             pass
     assert _getkeys_calls(cluster) == 0
+
+
+def test_flow_waits_on_the_primary_of_its_key(cluster: Cluster, limiter: Limiter) -> None:
+    """A call in a flow waits on the server that holds its key (the module:
+    visible in TB.INFO there), or polls (the Lua fallback); sync and async."""
+    import threading
+
+    from tb_limiter import FlowInfo
+
+    module = cluster.backend == "module"  # type: ignore[attr-defined]
+    for key in KEYS:
+        b = limiter.bucket(key, "0.5", 1)
+        b.consume()
+        got: list[Result] = []
+        t = threading.Thread(target=lambda: got.append(b.acquire(timeout=5, flow="tenant", weight=2)))
+        t.start()
+        deadline = time.monotonic() + 5
+        while module:
+            info = b.info()
+            if info is not None and info.waiting == 1:
+                assert info.flows == (FlowInfo("tenant", 2, 1),)
+                break
+            assert time.monotonic() < deadline, f"no call waiting on {key}"
+            time.sleep(0.01)
+        t.join(5)
+        assert got and got[0].allowed
+    group = [limiter.bucket("{acme}:f1", 20, 1), limiter.bucket("{acme}:f2", 20, 1)]
+    assert limiter.acquire_many([(x, 1) for x in group], timeout=2, flow="t").allowed
+    assert limiter.acquire_many([(x, 1) for x in group], timeout=2, flow="t").allowed
+
+    async def main() -> None:
+        arc = AsyncRedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+        alim = AsyncLimiter(arc)
+        for key in KEYS:
+            ab = alim.bucket(key + ":async", 20, 1)
+            assert (await ab.acquire(timeout=2, flow="t")).allowed
+            started = time.monotonic()
+            assert (await ab.acquire(timeout=2, flow="t", weight=3)).allowed
+            assert time.monotonic() - started >= 0.03, "the second call waited for the refill"
+        await arc.aclose()
+
+    asyncio.run(main())

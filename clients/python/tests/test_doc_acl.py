@@ -1,7 +1,7 @@
 """Every ACL user the docs give the application (issue 18 item 2) runs
 every documented Python recipe: consume, acquire, leases released and
-settled (``lease``, ``lease_many``, ``give_back``), refund, info, batched
-and pace. The users are read from the markdown (README.md, docs/**,
+settled (``lease``, ``lease_many``, ``give_back``), refund, info, waits in
+a flow, batched and pace. The users are read from the markdown (README.md, docs/**,
 clients/*/README.md), so the docs are the source: a user without
 ``TB.RELEASE`` fails on the first lease's exit with ``NOPERM``.
 
@@ -106,6 +106,14 @@ def test_each_documented_user_runs_each_recipe(
         with pytest.raises(TimeoutError):
             with tpm.lease(100, ttl=60):
                 raise TimeoutError()
+        # Waiting in a flow (fair share): queued on the server, or polled on
+        # the Lua fallback; a multi-bucket wait too.
+        shared = lim.bucket("rl:shared", 20, 1)
+        assert shared.acquire(timeout=2, flow="tenant-a", weight=2).allowed
+        assert shared.acquire(timeout=2, flow="tenant-b").allowed
+        assert lim.acquire_many([(rpm, 1), (tpm, 10)], timeout=2, flow="tenant-a").allowed
+        with inflight.lease(ttl=60, timeout=2, flow="tenant-b"):
+            pass
         with lim.bucket("rl:hot", 1000, 1000).batched(10) as local:
             assert local.consume() is not None
         assert b"".join(pace_sync([b"x" * 300], lim.bucket("rl:bytes", 10_000, 1000), chunk=100)) == b"x" * 300

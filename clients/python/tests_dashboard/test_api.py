@@ -248,3 +248,51 @@ def test_metrics_need_no_scripting_as_the_documented_user(server: Any, dashboard
     with pytest.raises(redis.exceptions.NoPermissionError):
         as_user.eval("return 1", 0)
     as_user.close()
+
+
+def test_snapshot_shows_the_flows_waiting_on_a_listed_bucket(server: Any, dashboard_factory: Any) -> None:
+    """A listed key with calls waiting in flows: its bucket carries
+    ``waiting`` and each flow's name, weight and calls (the page shows them
+    under the fill level)."""
+    import threading
+
+    admin = server.client()
+    admin.flushall()
+    for _ in range(3):  # denied: the key is listed
+        command(admin, "TB.CONSUME", "rl:shared", "1/h", "1")
+    d = dashboard_factory("redis://127.0.0.1:%d/0" % server.port, "--interval", "0.2")
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    def waiter() -> redis.Redis:
+        r: redis.Redis = server.client(retry=Retry(NoBackoff(), 0))  # killed at the end: no retry
+        return r
+
+    waiters = [(waiter(), "tenant-a", "1"), (waiter(), "tenant-a", "1"), (waiter(), "tenant-b", "4")]
+    ids = [r.client_id() for r, _, _ in waiters]
+
+    def wait(r: redis.Redis, f: str, w: str) -> None:
+        try:
+            command(r, "TB.CONSUME", "rl:shared", "1/h", "1", "BLOCK", "10000", "FLOW", f, "WEIGHT", w)
+        except redis.ConnectionError:
+            pass  # let go at the end of the test
+
+    threads = [threading.Thread(target=wait, args=w) for w in waiters]
+    for t in threads:
+        t.start()
+
+    def bucket(s: Any) -> Any:
+        return next((k["bucket"] for k in s["top_denied"]["keys"] if k["key"] == "rl:shared"), None)
+
+    s = d.wait_snapshot("three calls waiting on rl:shared", lambda s: (bucket(s) or {}).get("waiting") == 3)
+    flows = sorted((f["name"], f["weight"], f["waiting"]) for f in bucket(s)["flows"])
+    assert flows == [("tenant-a", 1, 2), ("tenant-b", 4, 1)]
+    assert {k: s["nodes"][0]["gauges"][k] for k in ("waiting_calls", "waiting_flows")} == {
+        "waiting_calls": 3, "waiting_flows": 2}
+    m = metrics(d)
+    node = "127.0.0.1:%d" % server.port
+    assert m[sample("tb_waiting_calls", node=node)] == 3 and m[sample("tb_waiting_flows", node=node)] == 2
+    for i in ids:
+        admin.client_kill_filter(_id=str(i))
+    for t in threads:
+        t.join(15)

@@ -9,10 +9,16 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, List
+import threading
+from typing import Any, List, Tuple
 
 import pytest
+import redis
 from playwright.sync_api import Page, sync_playwright
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from tb_limiter.dashboard.collect import command
 
 from conftest import APP_RULES, DASHBOARD_EXTRA, Dashboard, Workload, screenshot_dir, setuser, workload_client
 
@@ -47,6 +53,34 @@ def wait_for_rows(page: Page, table: str, first: List[str], timeout_ms: int = 30
         arg=[table, first],
         timeout=timeout_ms,
     )
+
+
+def start_waiters(server: Any, key: str, flows: List[Tuple[str, int]]) -> List[Tuple[int, threading.Thread]]:
+    """One call per ``(flow, weight)`` waiting on ``key`` (one token an
+    hour) on a connection of its own; see :func:`stop_waiters`."""
+    out = []
+    for flow, weight in flows:
+        r: redis.Redis = server.client(retry=Retry(NoBackoff(), 0))
+
+        def wait(r: redis.Redis = r, flow: str = flow, weight: int = weight) -> None:
+            try:
+                command(r, "TB.CONSUME", key, "1/h", "1", "BLOCK", "60000", "FLOW", flow, "WEIGHT", str(weight))
+            except redis.ConnectionError:
+                pass  # let go by stop_waiters
+
+        t = threading.Thread(target=wait)
+        out.append((int(r.client_id()), t))
+        t.start()
+    return out
+
+
+def stop_waiters(server: Any, waiting: List[Tuple[int, threading.Thread]]) -> None:
+    """Disconnects the waiting calls (they leave the queue) and joins them."""
+    admin = server.client()
+    for client_id, _ in waiting:
+        admin.client_kill_filter(_id=str(client_id))
+    for _, t in waiting:
+        t.join(10)
 
 
 def chart(page: Page, div: str) -> Any:
@@ -135,6 +169,24 @@ def test_the_page_shows_who_is_limited_and_updates_live(server: Any, dashboard_f
                 settings = dict(zip(["expire_idle", "max_wait_ms", "max_blocked", "top_keys"], node[0][2:6]))
                 assert settings == {"expire_idle": "yes", "max_wait_ms": "60000", "max_blocked": "1234", "top_keys": "yes"}
                 assert node[0][-1] == "ok"
+
+                # Calls waiting in flows on a listed bucket: shown under its
+                # fill level, per flow (name, weight, calls).
+                waiting = start_waiters(server, "rl:heavy:b", [("tenant-a", 1), ("tenant-a", 1), ("tenant-b", 3)])
+                try:
+                    page.wait_for_selector("#top-denied td.bucket .flows[data-waiting='3']", timeout=30_000)
+                    flows = page.eval_on_selector_all(
+                        "#top-denied td.bucket .flows .flow",
+                        "spans => spans.map(s => [s.dataset.name, s.dataset.weight, s.dataset.waiting])",
+                    )
+                    assert sorted(flows) == [["tenant-a", "1", "2"], ["tenant-b", "3", "1"]], flows
+                    assert "3 waiting" in text(page, "#top-denied td.bucket .flows")
+                    page.wait_for_function(
+                        "() => document.querySelector('#nodes td.waiting').textContent === '3 / 2'", timeout=30_000
+                    )
+                    page.locator("#top-denied").screenshot(path=str(screenshot_dir() / "dashboard-flows.png"))
+                finally:
+                    stop_waiters(server, waiting)
 
                 # Live: more readings arrive and the charts grow (to 20
                 # points at least, for a screenshot that shows a trend).

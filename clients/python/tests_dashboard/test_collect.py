@@ -5,6 +5,8 @@ page."""
 from __future__ import annotations
 
 import math
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -155,3 +157,31 @@ def test_key_text_is_one_to_one_and_marks_names_tb_top_may_have_cut() -> None:
     assert key_text("rl:caf\u00e9".encode()) == "rl:caf\u00e9"
     assert key_text(long) == long.decode() + "\u2026" and key_text(long[:-1]) == long[:-1].decode()
     assert all(ch >= " " and ch != "\x7f" for t in texts for ch in t)
+
+
+def test_bucket_info_shows_the_flows_that_wait(server: Any) -> None:
+    """Calls waiting in flows on a bucket: ``waiting`` and each flow's name,
+    weight and calls, in the order TB.INFO gives them."""
+    c = server.client()
+    c.execute_command("TB.CONSUME", "rl:flows", "1/h", "1")
+    waiters = [server.client() for _ in range(3)]
+    threads = [
+        threading.Thread(
+            target=lambda r=r, f=f, w=w: r.execute_command("TB.CONSUME", "rl:flows", "1/h", "1", "BLOCK", "3000",
+                                                           "FLOW", f, "WEIGHT", w)
+        )
+        for r, f, w in zip(waiters, ["a", "a", "b"], ["1", "1", "3"])
+    ]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 5
+    info = bucket_info(c, b"rl:flows")
+    while info is None or info.get("waiting") != 3:
+        assert time.monotonic() < deadline, info
+        time.sleep(0.01)
+        info = bucket_info(c, b"rl:flows")
+    assert sorted((f["name"], f["weight"], f["waiting"]) for f in info["flows"]) == [("a", 1, 2), ("b", 3, 1)]
+    for t in threads:
+        t.join(10)
+    after = bucket_info(c, b"rl:flows")
+    assert after is not None and after["waiting"] == 0 and after["flows"] == []

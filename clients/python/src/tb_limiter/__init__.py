@@ -16,7 +16,7 @@ process (fork-safe).
 from ._protocol import SCRIPT, Call
 from ._rates import LimitSpec, parse_limits
 from ._spec import BucketSpec
-from ._types import Backend, BucketInfo, MultiResult, NotSent, RateLimited, Result
+from ._types import Backend, BucketInfo, FlowInfo, MultiResult, NotSent, RateLimited, Result
 from .batch import AsyncBatcher, Batcher
 from .aio import AsyncBucketGroup, AsyncLeased, AsyncLeasedMany, AsyncLimit, AsyncLimiter, AsyncTokenBucket
 from .sync import BucketGroup, Leased, LeasedMany, Limit, Limiter, TokenBucket
@@ -35,6 +35,7 @@ __all__ = [
     "BucketInfo",
     "BucketSpec",
     "Call",
+    "FlowInfo",
     "Leased",
     "LeasedMany",
     "Limit",

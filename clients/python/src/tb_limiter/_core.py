@@ -73,10 +73,15 @@ class Block:
 
     The driver takes the connection, reads its real socket timeout, and
     sends ``call(block_cap(ms, socket_timeout))``; it sends back ``(ms,
-    reply)``, or None when the connection cannot hold a useful wait."""
+    reply)``, or None when the connection cannot hold a useful wait.
+
+    ``shared``: a call in a flow (``FLOW``), which must wait on the server
+    to be served in its turn: without a blocking client, the driver takes a
+    connection of the limiter's own client (of the key's node on a cluster)."""
 
     call: Callable[[int], Call]
     ms: int
+    shared: bool = False
 
 
 Step = Union[Command, Sleep, Block]
@@ -239,33 +244,52 @@ def lease_ttl_ms(ttl: float) -> int:
 
 
 def lease(
-    server: ServerState, spec: BucketSpec, n: int, ttl: float, timeout: float | None
+    server: ServerState,
+    spec: BucketSpec,
+    n: int,
+    ttl: float,
+    timeout: float | None,
+    flow: tuple[str | bytes, ...] = (),
 ) -> Plan[Result]:
     """Takes a lease of ``n`` tokens (TB.CONSUME ... LEASE). A lease is never
     reserved: a denial is tried again, backing off, until ``timeout``
-    seconds have passed (None: until it is granted or can never be)."""
+    seconds have passed (None: until it is granted or can never be).
+    ``flow``: ``FLOW name [WEIGHT w]`` (:func:`~tb_limiter._protocol.flow_args`)."""
     call = spec._lease_call(n, lease_ttl_ms(ttl))
-    return cast(Result, (yield from _lease_wait(server, call, Result.from_reply, str(spec.key), timeout)))
+    return cast(Result, (yield from _lease_wait(server, call, Result.from_reply, str(spec.key), timeout, flow)))
 
 
 def lease_many(
-    server: ServerState, items: Sequence[tuple[BucketSpec, int]], ttl: Mapping[int, float], timeout: float | None
+    server: ServerState,
+    items: Sequence[tuple[BucketSpec, int]],
+    ttl: Mapping[int, float],
+    timeout: float | None,
+    flow: tuple[str | bytes, ...] = (),
 ) -> Plan[MultiResult]:
     """TB.MCONSUME with the parts in ``ttl`` (index from 0: TTL in seconds)
     leased, polled like :func:`lease`."""
     call = mconsume_call(items, None, {j: lease_ttl_ms(t) for j, t in ttl.items()})
     name = ",".join(str(b.key) for b, _ in items)
-    return cast(
-        MultiResult,
-        (yield from _lease_wait(server, call, lambda r: MultiResult.from_reply(r, leases=True), name, timeout)),
-    )
+    parse: Callable[[Any], Any] = lambda r: MultiResult.from_reply(r, leases=True)  # noqa: E731
+    return cast(MultiResult, (yield from _lease_wait(server, call, parse, name, timeout, flow)))
 
 
-def _lease_wait(server: ServerState, call: Call, parse: Callable[[Any], Any], name: str, timeout: float | None) -> Plan[Any]:
-    """Waits for a lease server-side (``BLOCK`` with ``LEASE``: the server
-    queues the call, first come first served, one call per grant) on the
-    dedicated blocking connection; polls, backing off, where it cannot: the
-    Lua fallback, no blocking connection, or a module without it."""
+def _lease_wait(
+    server: ServerState,
+    call: Call,
+    parse: Callable[[Any], Any],
+    name: str,
+    timeout: float | None,
+    flow: tuple[str | bytes, ...] = (),
+) -> Plan[Any]:
+    """Waits server-side in the bucket's queue (``BLOCK`` with ``LEASE`` or
+    ``FLOW``: the server queues the call and grants the queue in weighted
+    fair order across flows, first come first served within one), on the
+    dedicated blocking connection (with a flow, on the limiter's own client
+    when there is none); a wait that runs out is asked again, in the same
+    flow, until ``timeout``. Polls, backing off, where it cannot wait on the
+    server: the Lua fallback (which ignores the flow), no blocking
+    connection, or a module without it."""
     deadline = None if timeout is None else time.monotonic() + timeout
     pause = LEASE_POLL[0]
     if server.backend != "lua":
@@ -274,7 +298,10 @@ def _lease_wait(server: ServerState, call: Call, parse: Callable[[Any], Any], na
             started = time.monotonic()
 
             def run(m: int) -> Plan[Any]:
-                return (yield Block(lambda cap: Call(call.name, call.keys, (*call.args, "BLOCK", str(cap))), m))
+                def block_call(cap: int) -> Call:
+                    return Call(call.name, call.keys, (*call.args, "BLOCK", str(cap), *flow))
+
+                return (yield Block(block_call, m, shared=bool(flow)))
 
             try:
                 out, _ = yield from with_wait(server, run, None if left is None else wait_ms(left))
@@ -401,7 +428,22 @@ def undo_result(server: ServerState, result: object, items: Sequence[tuple[Bucke
             log.warning("tb_limiter: could not give back lease %d or %d token(s) on %r: %s", lease_id, n, spec.key, e)
 
 
-def acquire(server: ServerState, spec: BucketSpec, n: int, timeout: float | None, blocking: bool) -> Plan[Result]:
+def acquire(
+    server: ServerState,
+    spec: BucketSpec,
+    n: int,
+    timeout: float | None,
+    blocking: bool,
+    flow: tuple[str | bytes, ...] = (),
+) -> Plan[Result]:
+    """Waits for ``n`` tokens. In a flow (``FLOW name [WEIGHT w]``, see
+    :func:`~tb_limiter._protocol.flow_args`) the call waits in the bucket's
+    queue on the server (nothing reserved); ``timeout`` None is then the
+    server's longest wait."""
+    if flow:
+        call = spec._consume_call(n)
+        limit = _flow_timeout(server, timeout)
+        return cast(Result, (yield from _lease_wait(server, call, Result.from_reply, str(spec.key), limit, flow)))
     target = _Single(spec, n)
     if blocking and server.backend == "module":
         r = yield from _block(server, target, timeout)
@@ -410,8 +452,26 @@ def acquire(server: ServerState, spec: BucketSpec, n: int, timeout: float | None
     return cast(Result, (yield from _acquire(server, target, timeout)))
 
 
-def acquire_many(server: ServerState, items: Sequence[tuple[BucketSpec, int]], timeout: float | None) -> Plan[MultiResult]:
+def acquire_many(
+    server: ServerState,
+    items: Sequence[tuple[BucketSpec, int]],
+    timeout: float | None,
+    flow: tuple[str | bytes, ...] = (),
+) -> Plan[MultiResult]:
+    """Waits for every ``(bucket, n)`` at once; in a flow, queued on the
+    server (``TB.MCONSUME ... BLOCK ms FLOW name``) as :func:`acquire`."""
+    if flow:
+        call = mconsume_call(items, None)
+        name = ",".join(str(b.key) for b, _ in items)
+        limit = _flow_timeout(server, timeout)
+        return cast(MultiResult, (yield from _lease_wait(server, call, MultiResult.from_reply, name, limit, flow)))
     return cast(MultiResult, (yield from _acquire(server, _Many(items), timeout)))
+
+
+def _flow_timeout(server: ServerState, timeout: float | None) -> float:
+    """How long a call in a flow waits: ``timeout``, or when None the
+    server's longest wait (as far as ``acquire`` reserves without a flow)."""
+    return server.wait_limit_ms() / 1000 if timeout is None else timeout
 
 
 def undo(server: ServerState, taken: Sequence[tuple[BucketSpec, int]]) -> Plan[None]:

@@ -9,6 +9,7 @@ import re
 import secrets
 from dataclasses import dataclass
 from importlib import resources
+from typing import Union
 
 #: Source of the Lua fallback (``tb.lua`` in this package).
 SCRIPT: str = resources.files(__package__).joinpath("tb.lua").read_text(encoding="utf-8")
@@ -37,6 +38,40 @@ def wait_ms(seconds: float) -> int:
     return int(seconds * 1000)
 
 
+#: A flow's name as the calls take it (``flow=``): a tenant, a priority class.
+FlowName = Union[str, bytes]
+
+#: Longest flow name, in bytes (the module's ``MAX_FLOW_NAME``).
+MAX_FLOW_NAME = 128
+#: Largest flow weight (the module's ``MAX_WEIGHT``).
+MAX_WEIGHT = 1_000_000
+#: The module's error lines for a bad flow or weight, as redis-py shows them
+#: (without ``ERR``): the client raises them as ``ValueError`` before sending.
+ERR_FLOW_NAME = f"FLOW takes a name of 1 to {MAX_FLOW_NAME} bytes"
+ERR_WEIGHT = f"WEIGHT takes an integer from 1 to {MAX_WEIGHT}, after FLOW name"
+
+
+def flow_args(flow: FlowName | None, weight: int = 1) -> tuple[str | bytes, ...]:
+    """``FLOW name [WEIGHT w]`` (WEIGHT left out when 1), or nothing without
+    a flow. Checked as the module checks them, with its error lines
+    (``ValueError``), so a bad flow makes no round trip; a ``str`` name is
+    counted in UTF-8 bytes."""
+    if isinstance(weight, bool) or not isinstance(weight, int):
+        raise TypeError("weight must be an int")
+    if flow is None:
+        if weight != 1:
+            raise ValueError(ERR_WEIGHT)
+        return ()
+    if not isinstance(flow, (str, bytes)):
+        raise TypeError("flow must be a str or bytes")
+    size = len(flow.encode()) if isinstance(flow, str) else len(flow)
+    if not 1 <= size <= MAX_FLOW_NAME:
+        raise ValueError(ERR_FLOW_NAME)
+    if not 1 <= weight <= MAX_WEIGHT:
+        raise ValueError(ERR_WEIGHT)
+    return ("FLOW", flow) if weight == 1 else ("FLOW", flow, "WEIGHT", str(weight))
+
+
 @dataclass(frozen=True)
 class Call:
     """One command: its name, its keys and its other arguments, in the order
@@ -45,7 +80,7 @@ class Call:
 
     name: str
     keys: tuple[str | bytes, ...]
-    args: tuple[str, ...]
+    args: tuple[str | bytes, ...]
 
     def module_args(self) -> tuple[str | bytes | int, ...]:
         """Arguments for ``execute_command`` on a server with the module."""
@@ -53,12 +88,12 @@ class Call:
             return (self.name, len(self.keys), *self.keys, *self.args)
         return (self.name, *self.keys, *self.args)
 
-    def script_args(self) -> tuple[str, ...]:
+    def script_args(self) -> tuple[str | bytes, ...]:
         """ARGV for the Lua fallback: the command name, then its arguments;
         before them, for a call that may grant a lease, ``LEASE-SEED r``: the
         script cannot draw secure randomness, so its lease ids come from
         ``r``, a random integer from 1 to 2^53 - 1 drawn here (lua/tb.lua)."""
-        if any(a.upper() == "LEASE" for a in self.args):
+        if any(isinstance(a, str) and a.upper() == "LEASE" for a in self.args):
             seed = str(secrets.randbelow(LUA_MAX_LEASE_ID) + 1)
             return ("LEASE-SEED", seed, self.name, *self.args)
         return (self.name, *self.args)

@@ -112,6 +112,30 @@ class MultiResult:
 
 
 @dataclass(frozen=True)
+class FlowInfo:
+    """One flow waiting on a bucket (``TB.INFO``'s ``waiting_flows``)."""
+
+    name: str
+    """The flow's name, decoded as UTF-8 (bytes that are not UTF-8 as
+    surrogates: ``name.encode(errors="surrogateescape")`` gives them back);
+    ``""`` for the default flow (waiting calls that named none)."""
+    weight: int
+    waiting: int
+    """Calls of this flow waiting on the bucket."""
+
+
+def _text(value: object) -> str:
+    return value.decode(errors="surrogateescape") if isinstance(value, bytes) else str(value)
+
+
+def _flows(value: object) -> tuple[FlowInfo, ...]:
+    """``[name, weight, waiting, ...]`` as flows, in the order given."""
+    if not isinstance(value, (list, tuple)):
+        return ()
+    return tuple(FlowInfo(_text(value[i]), int(value[i + 1]), int(value[i + 2])) for i in range(0, len(value) - 2, 3))
+
+
+@dataclass(frozen=True)
 class BucketInfo:
     """The reply of ``TB.INFO``: the bucket as of now (read-only).
 
@@ -130,15 +154,24 @@ class BucketInfo:
     """Milliseconds until full, rounded up; -1 if never."""
     ttl_ms: int
     """Milliseconds until the key expires; -1 without expiry."""
+    waiting: int = 0
+    """Calls waiting in the bucket's queue on the server (in a flow, for a
+    lease, or a multi-bucket wait); 0 when none."""
+    flows: tuple[FlowInfo, ...] = ()
+    """The flows of those calls, in the order they will be served next."""
 
     @classmethod
     def from_reply(cls, reply: Sequence[object] | Mapping[object, object]) -> "BucketInfo":
         """Builds the info from the flat field/value array (or a RESP3 map)."""
         pairs = reply.items() if isinstance(reply, Mapping) else zip(reply[0::2], reply[1::2])
         fields: dict[str, str] = {}
+        flows: tuple[FlowInfo, ...] = ()
         for name, value in pairs:
-            key = name.decode() if isinstance(name, bytes) else str(name)
-            fields[key] = value.decode() if isinstance(value, bytes) else str(value)
+            key = _text(name)
+            if key == "waiting_flows":
+                flows = _flows(value)
+            elif not isinstance(value, (list, tuple)):
+                fields[key] = _text(value)
         return cls(
             tokens=Decimal(fields["tokens"]),
             capacity=int(fields["capacity"]),
@@ -146,6 +179,8 @@ class BucketInfo:
             updated_at_ms=int(fields["updated_at_ms"]),
             reset_after_ms=int(fields["reset_after_ms"]),
             ttl_ms=int(fields["ttl_ms"]),
+            waiting=int(fields.get("waiting", 0)),
+            flows=flows,
         )
 
 

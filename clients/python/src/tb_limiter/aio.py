@@ -24,7 +24,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from . import _core
 from ._core import Block, Command, Plan, ReturnOn, Sleep
 from .batch import AsyncBatcher
-from ._protocol import Call
+from ._protocol import Call, FlowName, flow_args
 from ._rates import LimitSpec, RateLike
 from ._spec import BucketSpec, group_specs
 from ._types import Backend, BucketInfo, MultiResult, Result
@@ -181,11 +181,19 @@ class AsyncLimiter:
         return await self._run(_core.consume_many(self._server, items, max_wait, use, atmost, chunk), items)
 
     async def acquire_many(
-        self, parts: Iterable[tuple[BucketSpec, int]], *, timeout: float | None = None
+        self,
+        parts: Iterable[tuple[BucketSpec, int]],
+        *,
+        timeout: float | None = None,
+        flow: FlowName | None = None,
+        weight: int = 1,
     ) -> MultiResult:
-        """Reserves every ``(bucket, n)`` at once and sleeps the returned wait."""
+        """Reserves every ``(bucket, n)`` at once and sleeps the returned
+        wait; with ``flow``, waits in the server's queue (see
+        :meth:`tb_limiter.Limiter.acquire_many`)."""
+        fa = flow_args(flow, weight)
         items = list(parts)
-        return await self._run(_core.acquire_many(self._server, items, timeout), items)
+        return await self._run(_core.acquire_many(self._server, items, timeout, fa), items)
 
     def lease_many(
         self,
@@ -194,12 +202,15 @@ class AsyncLimiter:
         ttl: Mapping[int, float],
         timeout: float | None = None,
         return_on: ReturnOn = (),
+        flow: FlowName | None = None,
+        weight: int = 1,
     ) -> "AsyncLeasedMany":
         """``async with``: see :meth:`tb_limiter.Limiter.lease_many` (the
         same exit rules). A cancellation while waiting for the leases holds
         nothing; one while the body runs counts as an exception (the call
         may be under way): estimates kept, slots held until their TTL."""
-        return AsyncLeasedMany(self, list(parts), dict(ttl), timeout, return_on)
+        fa = flow_args(flow, weight)
+        return AsyncLeasedMany(self, list(parts), dict(ttl), timeout, return_on, fa)
 
     async def execute(self, call: Call) -> Any:
         """Runs one command on the module or through the Lua fallback."""
@@ -303,7 +314,14 @@ class AsyncLimiter:
         task.add_done_callback(self._tasks.discard)
 
     async def _block(self, step: Block) -> tuple[int, Any] | None:
-        client = self._blocking
+        """The server-side wait on a connection of the blocking client; a
+        call in a flow without one waits on a connection of the limiter's
+        client (on a cluster, of the key's primary)."""
+        client: Any = self._blocking
+        if client is None and step.shared:
+            client = self.client
+            if isinstance(client, AsyncRedisCluster):
+                return await self._cluster_block(client, step)
         if client is None:
             return None
         pool = client.connection_pool
@@ -322,6 +340,27 @@ class AsyncLimiter:
             raise
         finally:
             await pool.release(conn)
+
+
+    async def _cluster_block(self, client: AsyncRedisCluster, step: Block) -> tuple[int, Any] | None:
+        """A flow's server-side wait on a cluster: capped by the socket
+        timeout of a connection of the key's primary, sent there."""
+        await self._initialized(client)
+        node_of: Callable[[Any], Any] = client.get_node_from_key
+        node = node_of(step.call(step.ms).keys[0])
+        conn = node.acquire_connection()
+        try:
+            cap = _core.block_cap(step.ms, getattr(conn, "socket_timeout", None))
+        finally:
+            release = getattr(node, "release", None)
+            if release is not None:
+                release(conn)
+            else:  # redis-py 5.0 has no ClusterNode.release: back to its free list
+                node._free.append(conn)
+        if cap is None:
+            return None
+        run: Callable[..., Awaitable[Any]] = client.execute_command
+        return cap, await run(*step.call(cap).module_args(), target_nodes=node)
 
 
 class _Ready:
@@ -378,12 +417,16 @@ class AsyncTokenBucket(BucketSpec):
         lim = self.limiter
         return await lim._run(_core.reserve(lim._server, self, n, max_wait), self._mine(n))
 
-    async def acquire(self, n: int = 1, *, timeout: float | None = None) -> Result:
+    async def acquire(
+        self, n: int = 1, *, timeout: float | None = None, flow: FlowName | None = None, weight: int = 1
+    ) -> Result:
         """Reserves, then sleeps on the client; cancelled, it gives the
         tokens back. Raises :class:`RateLimited` at once when the wait would
-        be longer than ``timeout`` or can never end."""
+        be longer than ``timeout`` or can never end. With ``flow``, waits in
+        the server's queue in that flow (see :meth:`tb_limiter.TokenBucket.acquire`)."""
         lim = self.limiter
-        plan = _core.acquire(lim._server, self, n, timeout, lim._blocking is not None)
+        fa = flow_args(flow, weight)
+        plan = _core.acquire(lim._server, self, n, timeout, lim._blocking is not None, fa)
         return await lim._run(plan, self._mine(n))
 
     async def refund(self, n: int) -> int | None:
@@ -397,14 +440,21 @@ class AsyncTokenBucket(BucketSpec):
         return await lim._run(_core.info(lim._server, self))
 
     def lease(
-        self, n: int = 1, *, ttl: float, timeout: float | None = None, return_on: ReturnOn = ()
+        self,
+        n: int = 1,
+        *,
+        ttl: float,
+        timeout: float | None = None,
+        return_on: ReturnOn = (),
+        flow: FlowName | None = None,
+        weight: int = 1,
     ) -> "AsyncLeased":
         """``async with``: holds a lease of ``n`` tokens for the block (see
         :meth:`tb_limiter.TokenBucket.lease`, the same exit rules). A
         cancellation while waiting for the lease holds nothing (a reply that
         arrives after it is released too); one while the body runs counts
         as an exception."""
-        return AsyncLeased(self, n, ttl, timeout, return_on)
+        return AsyncLeased(self, n, ttl, timeout, return_on, flow_args(flow, weight))
 
     async def release(self, lease_id: int) -> int | None:
         """TB.RELEASE (see :meth:`tb_limiter.TokenBucket.release`)."""
@@ -416,10 +466,13 @@ class AsyncTokenBucket(BucketSpec):
         lim = self.limiter
         return await lim._run(_core.release(lim._server, self, lease_id, used))
 
-    def limit(self, n: int = 1, *, timeout: float | None = None) -> "AsyncLimit":
+    def limit(
+        self, n: int = 1, *, timeout: float | None = None, flow: FlowName | None = None, weight: int = 1
+    ) -> "AsyncLimit":
         """An async decorator and ``async with`` context manager that acquires
         ``n`` tokens first."""
-        return AsyncLimit(lambda: self.acquire(n, timeout=timeout))
+        flow_args(flow, weight)
+        return AsyncLimit(lambda: self.acquire(n, timeout=timeout, flow=flow, weight=weight))
 
 
 class AsyncBucketGroup:
@@ -448,18 +501,23 @@ class AsyncBucketGroup:
         """Reserves ``n`` from every limit."""
         return await self.limiter.consume_many(self._parts(n), max_wait=max_wait, reserve=True)
 
-    async def acquire(self, n: int = 1, *, timeout: float | None = None) -> MultiResult:
+    async def acquire(
+        self, n: int = 1, *, timeout: float | None = None, flow: FlowName | None = None, weight: int = 1
+    ) -> MultiResult:
         """Waits until ``n`` are taken from every limit."""
-        return await self.limiter.acquire_many(self._parts(n), timeout=timeout)
+        return await self.limiter.acquire_many(self._parts(n), timeout=timeout, flow=flow, weight=weight)
 
     async def refund(self, n: int) -> None:
         """Gives ``n`` back to every limit."""
         for b in self.buckets:
             await b.refund(n)
 
-    def limit(self, n: int = 1, *, timeout: float | None = None) -> "AsyncLimit":
+    def limit(
+        self, n: int = 1, *, timeout: float | None = None, flow: FlowName | None = None, weight: int = 1
+    ) -> "AsyncLimit":
         """An async decorator and context manager that acquires ``n`` first."""
-        return AsyncLimit(lambda: self.acquire(n, timeout=timeout))
+        flow_args(flow, weight)
+        return AsyncLimit(lambda: self.acquire(n, timeout=timeout, flow=flow, weight=weight))
 
 
 class AsyncLimit:
@@ -489,9 +547,16 @@ class AsyncLeased:
     """See :meth:`AsyncTokenBucket.lease` and :class:`tb_limiter.Leased`."""
 
     def __init__(
-        self, bucket: AsyncTokenBucket, n: int, ttl: float, timeout: float | None, return_on: ReturnOn = ()
+        self,
+        bucket: AsyncTokenBucket,
+        n: int,
+        ttl: float,
+        timeout: float | None,
+        return_on: ReturnOn = (),
+        flow: tuple[str | bytes, ...] = (),
     ) -> None:
         self.bucket, self.n, self.ttl, self.timeout, self.return_on = bucket, n, ttl, timeout, return_on
+        self.flow = flow
         self.result: Result | None = None
         self.id = 0
         self.used: int | None = None
@@ -500,7 +565,7 @@ class AsyncLeased:
 
     async def __aenter__(self) -> "AsyncLeased":
         lim = self.bucket.limiter
-        plan = _core.lease(lim._server, self.bucket, self.n, self.ttl, self.timeout)
+        plan = _core.lease(lim._server, self.bucket, self.n, self.ttl, self.timeout, self.flow)
         self.result = await lim._run(plan, [(self.bucket, self.n)])
         self.id = self.result.lease_id or 0
         self._open = True
@@ -536,8 +601,10 @@ class AsyncLeasedMany:
         ttl: dict[int, float],
         timeout: float | None,
         return_on: ReturnOn = (),
+        flow: tuple[str | bytes, ...] = (),
     ) -> None:
         self.limiter, self.items, self.ttl, self.timeout, self.return_on = limiter, items, ttl, timeout, return_on
+        self.flow = flow
         self.result: MultiResult | None = None
         self.used: dict[int, int] = {}
         self.released: list[int | None] = []
@@ -545,7 +612,7 @@ class AsyncLeasedMany:
 
     async def __aenter__(self) -> "AsyncLeasedMany":
         lim = self.limiter
-        self.result = await lim._run(_core.lease_many(lim._server, self.items, self.ttl, self.timeout), self.items)
+        self.result = await lim._run(_core.lease_many(lim._server, self.items, self.ttl, self.timeout, self.flow), self.items)
         self._open = True
         return self
 

@@ -34,6 +34,12 @@ first): a client that goes away meanwhile gives its turn back (refunded) and
 the handler does not run (the request ends with status 499). Servers such as
 uvicorn do not cancel a handler when its client leaves, so without this
 watch a turn would be kept for nobody.
+
+With ``flow`` (a name, or a function of the request: the tenant of a shared
+limit) and ``weight``, a request that waits does so in that flow on the
+server (reserving nothing): while several tenants' requests wait on a
+saturated limit, each tenant gets grants in proportion to its weight. A
+client that leaves drops its wait, which takes it out of the queue.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from typing import Callable, Iterable, Sequence, Union
 
 from fastapi import HTTPException, Request, Response
 
+from ._protocol import FlowName, flow_args
 from ._rates import LimitSpec
 from ._types import MultiResult, RateLimited
 from .aio import AsyncBucketGroup, AsyncLimiter
@@ -58,9 +65,11 @@ Limits = Union[str, Iterable[LimitSpec], Callable[[Request], Union[str, Iterable
 class RateLimit:
     """A FastAPI dependency that takes ``cost`` tokens from every limit of
     ``limits`` for the key ``key(request)`` (prefixed by ``prefix``),
-    waiting up to ``wait`` seconds for its turn first. ``limits`` and
-    ``wait`` may be functions of the request; they and ``key`` may raise
-    ``HTTPException`` (e.g. 401 for an unknown API key)."""
+    waiting up to ``wait`` seconds for its turn first (in the flow
+    ``flow``, with ``weight``, when given: see the module's docstring).
+    ``limits``, ``wait``, ``flow`` and ``weight`` may be functions of the
+    request; they and ``key`` may raise ``HTTPException`` (e.g. 401 for an
+    unknown API key)."""
 
     def __init__(
         self,
@@ -71,13 +80,19 @@ class RateLimit:
         prefix: str = "rl:",
         cost: int = 1,
         wait: float | Callable[[Request], float] = 0.0,
+        flow: FlowName | Callable[[Request], FlowName | None] | None = None,
+        weight: int | Callable[[Request], int] = 1,
     ) -> None:
+        if not callable(flow) and not callable(weight):
+            flow_args(flow, weight)
         self.limiter = limiter
         self.limits = limits if isinstance(limits, str) or callable(limits) else list(limits)
         self.key = key
         self.prefix = prefix
         self.cost = cost
         self.wait = wait
+        self.flow = flow
+        self.weight = weight
 
     def group(self, request: Request) -> AsyncBucketGroup:
         """The buckets of this request's key."""
@@ -89,7 +104,10 @@ class RateLimit:
         wait = self.wait(request) if callable(self.wait) else self.wait
         if wait > 0:
             try:
-                r = await acquire_unless_gone(group, self.cost, wait, request)
+                flow = self.flow(request) if callable(self.flow) else self.flow
+                weight = self.weight(request) if callable(self.weight) else self.weight
+                weight = 1 if flow is None else weight
+                r = await acquire_unless_gone(group, self.cost, wait, request, flow, weight)
             except RateLimited as e:
                 assert isinstance(e.result, MultiResult)
                 r = e.result
@@ -108,13 +126,21 @@ class RateLimit:
 CLIENT_GONE = 499
 
 
-async def acquire_unless_gone(group: AsyncBucketGroup, cost: int, wait: float, request: Request) -> MultiResult:
-    """``group.acquire(cost, timeout=wait)`` raced against the client's
+async def acquire_unless_gone(
+    group: AsyncBucketGroup,
+    cost: int,
+    wait: float,
+    request: Request,
+    flow: FlowName | None = None,
+    weight: int = 1,
+) -> MultiResult:
+    """``group.acquire(cost, timeout=wait, flow=flow, weight=weight)`` raced against the client's
     disconnect: when the client goes first, the wait is cancelled (which
     gives the turn back), a turn granted at that moment is refunded, and
     ``HTTPException(499)`` keeps the handler from running."""
     await request.body()  # after the body, the next message is the disconnect
-    acquire = asyncio.ensure_future(group.acquire(cost, timeout=wait))
+    flow_args(flow, weight)  # a bad flow is refused before anything is sent
+    acquire = asyncio.ensure_future(group.acquire(cost, timeout=wait, flow=flow, weight=weight))
     gone = asyncio.ensure_future(_disconnected(request))
     try:
         await asyncio.wait({acquire, gone}, return_when=asyncio.FIRST_COMPLETED)

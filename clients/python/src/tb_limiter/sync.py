@@ -15,7 +15,7 @@ from redis.cluster import RedisCluster
 from . import _core
 from ._core import Block, Command, Plan, ReturnOn, Sleep
 from .batch import Batcher
-from ._protocol import Call
+from ._protocol import Call, FlowName, flow_args
 from ._rates import LimitSpec, RateLike
 from ._spec import BucketSpec, group_specs
 from ._types import Backend, BucketInfo, MultiResult, Result
@@ -42,7 +42,9 @@ class Limiter:
     connection. With ``blocking_client`` (a ``redis.Redis`` used for nothing
     else), ``acquire`` asks the module to hold the reply instead (``BLOCK``):
     one round trip and a wake-up at the exact time, but one connection held
-    per waiter, capped by the server's ``tb.max-blocked``.
+    per waiter, capped by the server's ``tb.max-blocked``. A call in a flow
+    (``flow=``: fair share between tenants) always waits on the server, on
+    ``blocking_client`` or else on a connection of ``client``.
     """
 
     def __init__(
@@ -182,13 +184,28 @@ class Limiter:
         use = max_wait is not None if reserve is None else reserve
         return self._run(_core.consume_many(self._server, items, max_wait, use, atmost, chunk), items)
 
-    def acquire_many(self, parts: Iterable[tuple[BucketSpec, int]], *, timeout: float | None = None) -> MultiResult:
+    def acquire_many(
+        self,
+        parts: Iterable[tuple[BucketSpec, int]],
+        *,
+        timeout: float | None = None,
+        flow: FlowName | None = None,
+        weight: int = 1,
+    ) -> MultiResult:
         """Takes every ``(bucket, n)`` at once, waiting up to ``timeout``
         seconds (default: as long as the server lets a reservation reach):
         one reservation, then one sleep on the client. Raises
-        :class:`RateLimited` when that is not enough."""
+        :class:`RateLimited` when that is not enough.
+
+        ``flow`` (a tenant, a priority class; 1 to 128 bytes) and ``weight``
+        (1 to 1,000,000): the call waits on the server in the queue of the
+        bucket that makes it wait (``TB.MCONSUME ... BLOCK ms FLOW name
+        [WEIGHT w]``), reserving nothing; while several flows wait there,
+        grants go to them in proportion to their weights (see
+        :meth:`TokenBucket.acquire`)."""
+        fa = flow_args(flow, weight)
         items = list(parts)
-        return self._run(_core.acquire_many(self._server, items, timeout), items)
+        return self._run(_core.acquire_many(self._server, items, timeout, fa), items)
 
     def lease_many(
         self,
@@ -197,6 +214,8 @@ class Limiter:
         ttl: Mapping[int, float],
         timeout: float | None = None,
         return_on: ReturnOn = (),
+        flow: FlowName | None = None,
+        weight: int = 1,
     ) -> "LeasedMany":
         """A context manager over one all-or-nothing TB.MCONSUME whose parts
         ``ttl`` names (index from 0: TTL in seconds) are leased: requests
@@ -218,9 +237,12 @@ class Limiter:
         :class:`~tb_limiter.NotSent` (or wraps its failure in it), or an
         exception of a type in ``return_on``, or calls :meth:`LeasedMany.give_back`.
         Denials are tried again, backing off, until ``timeout`` seconds
-        (None: until granted or never possible); then :class:`RateLimited`."""
+        (None: until granted or never possible); then :class:`RateLimited`.
+        ``flow`` and ``weight``: the call waits in the server's queue in that
+        flow (see :meth:`acquire_many`)."""
+        fa = flow_args(flow, weight)
         items = list(parts)
-        return LeasedMany(self, items, dict(ttl), timeout, return_on)
+        return LeasedMany(self, items, dict(ttl), timeout, return_on, fa)
 
     def execute(self, call: Call) -> Any:
         """Runs one command on the module or through the Lua fallback and
@@ -261,8 +283,12 @@ class Limiter:
 
     def _block(self, step: Block) -> tuple[int, Any] | None:
         """``TB.CONSUME ... BLOCK`` on a connection of the blocking client,
-        capped by that connection's real socket timeout."""
+        capped by that connection's real socket timeout; a call in a flow
+        without one takes a connection of the limiter's client (of the
+        key's node on a cluster) for the wait."""
         client = self._blocking
+        if client is None and step.shared:
+            client = self._node_client(step.call(step.ms).keys[0])
         if client is None:
             return None
         pool = client.connection_pool
@@ -282,6 +308,16 @@ class Limiter:
             raise
         finally:
             pool.release(conn)
+
+
+    def _node_client(self, key: str | bytes) -> redis.Redis:
+        """The single-node client that serves ``key``: the limiter's client,
+        or on a cluster the client of the key's primary."""
+        client = self.client
+        if isinstance(client, RedisCluster):
+            node_of: Callable[[Any], Any] = client.get_node_from_key
+            return client.get_redis_connection(node_of(key))
+        return client
 
 
 def _get_connection(pool: Any) -> Any:
@@ -333,16 +369,30 @@ class TokenBucket(BucketSpec):
         lim = self.limiter
         return lim._run(_core.reserve(lim._server, self, n, max_wait), self._mine(n))
 
-    def acquire(self, n: int = 1, *, timeout: float | None = None) -> Result:
+    def acquire(
+        self, n: int = 1, *, timeout: float | None = None, flow: FlowName | None = None, weight: int = 1
+    ) -> Result:
         """Waits until ``n`` tokens are taken, at most ``timeout`` seconds
         (default: as long as the server lets a reservation reach).
 
         Reserves, then sleeps on the client; an exception during the sleep
         (an interrupt, a task time limit) gives the tokens back first.
         Raises :class:`RateLimited` at once when the wait would be longer
-        than ``timeout``, or the request can never succeed."""
+        than ``timeout``, or the request can never succeed.
+
+        ``flow`` (a tenant, a priority class: 1 to 128 bytes) and ``weight``
+        (1 to 1,000,000, default 1): the call waits on the server, in the
+        bucket's queue, reserving nothing (``BLOCK ms FLOW name [WEIGHT
+        w]``; on the limiter's client when there is no ``blocking_client``:
+        one connection held per waiter). While several flows wait on the
+        bucket, grants go to them in proportion to their weights, first
+        come first served within a flow; a flow alone gets everything.
+        ``timeout`` None is then the server's longest wait (60 s or
+        ``tb.max-wait-ms``). On the Lua fallback the flow is ignored: the
+        call polls, and whoever polls first after a refill wins."""
         lim = self.limiter
-        return lim._run(_core.acquire(lim._server, self, n, timeout, lim._blocking is not None), self._mine(n))
+        fa = flow_args(flow, weight)
+        return lim._run(_core.acquire(lim._server, self, n, timeout, lim._blocking is not None, fa), self._mine(n))
 
     def refund(self, n: int) -> int | None:
         """Gives back ``n`` tokens (never above capacity): reserve an
@@ -357,7 +407,14 @@ class TokenBucket(BucketSpec):
         return lim._run(_core.info(lim._server, self))
 
     def lease(
-        self, n: int = 1, *, ttl: float, timeout: float | None = None, return_on: ReturnOn = ()
+        self,
+        n: int = 1,
+        *,
+        ttl: float,
+        timeout: float | None = None,
+        return_on: ReturnOn = (),
+        flow: FlowName | None = None,
+        weight: int = 1,
     ) -> "Leased":
         """A context manager that holds a lease of ``n`` tokens (a slot of a
         concurrency limit: a bucket with rate 0) for the ``with`` block::
@@ -375,8 +432,9 @@ class TokenBucket(BucketSpec):
         ``ttl`` seconds after it was taken and an estimate stays used. A
         lease is never reserved: a denial is tried again, backing off, until
         ``timeout`` seconds (None: until granted or never possible); then
-        :class:`RateLimited`."""
-        return Leased(self, n, ttl, timeout, return_on)
+        :class:`RateLimited`. ``flow`` and ``weight``: the call waits in the
+        server's queue in that flow (see :meth:`acquire`)."""
+        return Leased(self, n, ttl, timeout, return_on, flow_args(flow, weight))
 
     def release(self, lease_id: int) -> int | None:
         """TB.RELEASE: gives a lease's tokens back (never above capacity).
@@ -396,7 +454,9 @@ class TokenBucket(BucketSpec):
         lim = self.limiter
         return lim._run(_core.release(lim._server, self, lease_id, used))
 
-    def limit(self, n: int = 1, *, timeout: float | None = None) -> "Limit":
+    def limit(
+        self, n: int = 1, *, timeout: float | None = None, flow: FlowName | None = None, weight: int = 1
+    ) -> "Limit":
         """A decorator and context manager that acquires ``n`` tokens first::
 
             @bucket.limit(timeout=30)
@@ -404,7 +464,8 @@ class TokenBucket(BucketSpec):
 
             with bucket.limit(5) as result: ...
         """
-        return Limit(lambda: self.acquire(n, timeout=timeout))
+        flow_args(flow, weight)
+        return Limit(lambda: self.acquire(n, timeout=timeout, flow=flow, weight=weight))
 
 
 class BucketGroup:
@@ -436,18 +497,23 @@ class BucketGroup:
         """Reserves ``n`` from every limit (see :meth:`TokenBucket.reserve`)."""
         return self.limiter.consume_many(self._parts(n), max_wait=max_wait, reserve=True)
 
-    def acquire(self, n: int = 1, *, timeout: float | None = None) -> MultiResult:
+    def acquire(
+        self, n: int = 1, *, timeout: float | None = None, flow: FlowName | None = None, weight: int = 1
+    ) -> MultiResult:
         """Waits until ``n`` are taken from every limit (see :meth:`TokenBucket.acquire`)."""
-        return self.limiter.acquire_many(self._parts(n), timeout=timeout)
+        return self.limiter.acquire_many(self._parts(n), timeout=timeout, flow=flow, weight=weight)
 
     def refund(self, n: int) -> None:
         """Gives ``n`` back to every limit."""
         for b in self.buckets:
             b.refund(n)
 
-    def limit(self, n: int = 1, *, timeout: float | None = None) -> "Limit":
+    def limit(
+        self, n: int = 1, *, timeout: float | None = None, flow: FlowName | None = None, weight: int = 1
+    ) -> "Limit":
         """A decorator and context manager that acquires ``n`` first."""
-        return Limit(lambda: self.acquire(n, timeout=timeout))
+        flow_args(flow, weight)
+        return Limit(lambda: self.acquire(n, timeout=timeout, flow=flow, weight=weight))
 
 
 class Limit:
@@ -480,9 +546,16 @@ class Leased:
     when none was made)."""
 
     def __init__(
-        self, bucket: TokenBucket, n: int, ttl: float, timeout: float | None, return_on: ReturnOn = ()
+        self,
+        bucket: TokenBucket,
+        n: int,
+        ttl: float,
+        timeout: float | None,
+        return_on: ReturnOn = (),
+        flow: tuple[str | bytes, ...] = (),
     ) -> None:
         self.bucket, self.n, self.ttl, self.timeout, self.return_on = bucket, n, ttl, timeout, return_on
+        self.flow = flow
         self.result: Result | None = None
         self.id = 0
         self.used: int | None = None
@@ -491,7 +564,7 @@ class Leased:
 
     def __enter__(self) -> "Leased":
         lim = self.bucket.limiter
-        self.result = lim._run(_core.lease(lim._server, self.bucket, self.n, self.ttl, self.timeout))
+        self.result = lim._run(_core.lease(lim._server, self.bucket, self.n, self.ttl, self.timeout, self.flow))
         self.id = self.result.lease_id or 0
         self._open = True
         return self
@@ -527,8 +600,10 @@ class LeasedMany:
         ttl: dict[int, float],
         timeout: float | None,
         return_on: ReturnOn = (),
+        flow: tuple[str | bytes, ...] = (),
     ) -> None:
         self.limiter, self.items, self.ttl, self.timeout, self.return_on = limiter, items, ttl, timeout, return_on
+        self.flow = flow
         self.result: MultiResult | None = None
         self.used: dict[int, int] = {}
         self.released: list[int | None] = []
@@ -536,7 +611,7 @@ class LeasedMany:
 
     def __enter__(self) -> "LeasedMany":
         lim = self.limiter
-        self.result = lim._run(_core.lease_many(lim._server, self.items, self.ttl, self.timeout))
+        self.result = lim._run(_core.lease_many(lim._server, self.items, self.ttl, self.timeout, self.flow))
         self._open = True
         return self
 

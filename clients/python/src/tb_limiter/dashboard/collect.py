@@ -35,7 +35,7 @@ COUNTERS = (
     "refunds",
 )
 #: Gauges of ``INFO tb``.
-GAUGES = ("blocked_now", "eviction_policy_can_evict_buckets")
+GAUGES = ("blocked_now", "waiting_calls", "waiting_flows", "eviction_policy_can_evict_buckets")
 #: The module's settings as ``INFO tb`` shows them (``tb.max-wait-ms`` is
 #: ``tb_max_wait_ms``).
 SETTINGS = ("expire_idle", "max_wait_ms", "max_blocked", "top_keys")
@@ -314,9 +314,11 @@ def discover(client: AnyClient) -> Cluster:
 
 def bucket_info(client: AnyClient, key: bytes) -> Optional[Dict[str, Any]]:
     """``TB.INFO key`` as a dict (``tokens``, ``capacity``, ``rate`` as
-    numbers, ``fill`` = tokens / capacity clamped to 0..1), None for a
-    missing key (a full bucket), or ``{"error": ...}`` when it cannot be read
-    (e.g. no permission on that key)."""
+    numbers, ``fill`` = tokens / capacity clamped to 0..1, ``waiting``: the
+    calls queued on it, ``flows``: ``{"name", "weight", "waiting"}`` per
+    flow, in the order they are served next), None for a missing key (a
+    full bucket), or ``{"error": ...}`` when it cannot be read (e.g. no
+    permission on that key)."""
     try:
         reply = command(client, "TB.INFO", key)
     except redis.RedisError as e:
@@ -332,7 +334,25 @@ def bucket_info(client: AnyClient, key: bytes) -> Optional[Dict[str, Any]]:
         "rate": float(_text(d["rate"])),
         "fill": 0.0 if capacity == 0 else min(1.0, max(0.0, tokens / capacity)),
         "reset_after_ms": int(d["reset_after_ms"]),
+        "waiting": int(d.get("waiting", 0)),
+        "flows": _flows(d.get("waiting_flows")),
     }
+
+
+def _shown(v: Any) -> str:
+    """A name for display: bytes that are not UTF-8 are replaced."""
+    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+
+
+def _flows(value: Any) -> List[Dict[str, Any]]:
+    """TB.INFO's ``waiting_flows`` (``[name, weight, waiting, ...]``) as
+    one dict per flow; the default flow (calls that named none) is ``""``."""
+    if not isinstance(value, (list, tuple)):
+        return []
+    return [
+        {"name": _shown(value[i]), "weight": int(value[i + 1]), "waiting": int(value[i + 2])}
+        for i in range(0, len(value) - 2, 3)
+    ]
 
 
 def now() -> float:

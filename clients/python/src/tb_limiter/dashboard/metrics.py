@@ -57,6 +57,11 @@ class TbCollector(Collector):
                     fam.add_metric([n.address], float(n.counters[name]))
             yield fam
         blocked = GaugeMetricFamily("tb_blocked_now", "Clients waiting in BLOCK now", labels=["node"])
+        queued = GaugeMetricFamily(
+            "tb_waiting_calls", "Calls waiting in the buckets' queues now (FLOW, LEASE, TB.MCONSUME BLOCK)",
+            labels=["node"],
+        )
+        flows = GaugeMetricFamily("tb_waiting_flows", "Flows with a call waiting, summed over buckets", labels=["node"])
         evict = GaugeMetricFamily(
             "tb_eviction_policy_can_evict_buckets",
             "1 when maxmemory-policy can evict buckets (which hands out tokens)",
@@ -68,6 +73,10 @@ class TbCollector(Collector):
         for n in s.nodes:
             if "blocked_now" in n.gauges:
                 blocked.add_metric([n.address], float(n.gauges["blocked_now"]))
+            if "waiting_calls" in n.gauges:
+                queued.add_metric([n.address], float(n.gauges["waiting_calls"]))
+            if "waiting_flows" in n.gauges:
+                flows.add_metric([n.address], float(n.gauges["waiting_flows"]))
             if "eviction_policy_can_evict_buckets" in n.gauges:
                 evict.add_metric([n.address], float(n.gauges["eviction_policy_can_evict_buckets"]))
             for k, v in n.settings.items():
@@ -75,6 +84,8 @@ class TbCollector(Collector):
                 if num is not None:
                     setting.add_metric([n.address, k], num)
         yield blocked
+        yield queued
+        yield flows
         yield evict
         yield setting
         waits = HistogramMetricFamily(

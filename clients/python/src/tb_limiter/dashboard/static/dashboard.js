@@ -103,7 +103,24 @@ function fillCell(bucket) {
   );
   td.dataset.fill = String(f);
   td.title = "rate " + fmt(bucket.rate, 3) + "/s, full again in " + ms(bucket.reset_after_ms);
+  if (bucket.waiting > 0) td.appendChild(flowsList(bucket));
   return td;
+}
+
+// The calls waiting in the bucket's queue, per flow (name, weight, calls),
+// in the order the flows are served next.
+function flowsList(bucket) {
+  const div = el("div", { class: "flows", "data-waiting": String(bucket.waiting) });
+  div.appendChild(document.createTextNode(fmt(bucket.waiting, 0) + " waiting: "));
+  (bucket.flows || []).forEach((fl, i) => {
+    if (i > 0) div.appendChild(document.createTextNode(", "));
+    const name = fl.name === "" ? "(no flow)" : fl.name;
+    div.appendChild(
+      el("span", { class: "flow", "data-name": fl.name, "data-weight": String(fl.weight), "data-waiting": String(fl.waiting) },
+        name + " (weight " + fmt(fl.weight, 0) + "): " + fmt(fl.waiting, 0)),
+    );
+  });
+  return div;
 }
 
 function drawTop(id, top, format) {
@@ -151,6 +168,10 @@ function drawNodes(s) {
     tr.appendChild(el("td", { class: "num max_blocked" }, set.max_blocked === undefined ? "—" : set.max_blocked));
     tr.appendChild(el("td", { class: "top_keys" }, yesNo(set.top_keys)));
     tr.appendChild(el("td", { class: "num" }, fmt((n.gauges || {}).blocked_now, 0)));
+    const q = n.gauges || {};
+    tr.appendChild(
+      el("td", { class: "num waiting" }, q.waiting_calls === undefined ? "—" : fmt(q.waiting_calls, 0) + " / " + fmt(q.waiting_flows, 0)),
+    );
     const ev = (n.gauges || {}).eviction_policy_can_evict_buckets;
     tr.appendChild(el("td", ev === 1 ? { class: "bad" } : {}, ev === undefined ? "—" : ev === 1 ? "YES" : "no"));
     tr.appendChild(el("td", n.error ? { class: "bad" } : {}, n.error ? n.error : "ok"));
