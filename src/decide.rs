@@ -755,6 +755,12 @@ mod tests {
         let mut again = Leases::default();
         let d2 = run(None, &mut again, "k 0 2 1 LEASE 1000", T0).unwrap();
         assert_eq!(d2.lease_id, Some(id));
+        // KEEP: its tokens stay used at expiry, so a bucket that does not
+        // refill is never full again.
+        let mut kept = Leases::default();
+        let d = run(None, &mut kept, "k 0 2 1 LEASE 1000 KEEP", T0).unwrap();
+        assert!(kept.held[0].keep);
+        assert_eq!(d.outcome.reset_after_ms, -1);
     }
 
     #[test]
@@ -1012,6 +1018,23 @@ mod tests {
         let line = "3 a b c 1 10 1 1 10 3 1 10 3 BLOCK 100";
         let d = mrun(line, b.clone(), &mut fresh(3), T0).unwrap();
         assert_eq!((d.outcome.retry_after_ms, d.blocking), (3000, 1));
+        // A part that asks more than its capacity blocks for ever.
+        let d = mrun(
+            "2 a b 1 10 1 1 10 11 BLOCK 100",
+            vec![None, None],
+            &mut fresh(2),
+            T0,
+        );
+        let d = d.unwrap();
+        assert_eq!(
+            (d.outcome.retry_after_ms, d.blocking, d.never),
+            (-1, 1, true)
+        );
+        let b = vec![
+            Some(holding(1, 10, 0, T0)),
+            Some(holding(1, 10, 0, T0)),
+            Some(holding(1, 10, 0, T0)),
+        ];
         // Not queued and no lease held: not worked out.
         let d = mrun("3 a b c 1 10 1 1 10 3 1 10 3", b, &mut fresh(3), T0).unwrap();
         assert_eq!((d.outcome.retry_after_ms, d.blocking), (3000, 0));
@@ -1034,6 +1057,15 @@ mod tests {
         assert_eq!(d.outcome.buckets[1].tokens, 0);
         assert_eq!(l[1].held.len(), 1);
         assert_eq!(l[1].held[0].expires_us, T0 + 1700 * MS);
+        assert!(!l[1].held[0].keep);
+        let mut k = fresh(2);
+        let d = mrun(
+            "2 a b 1 10 1 0 2 2 LEASE 2 1000 KEEP",
+            vec![None, None],
+            &mut k,
+            T0,
+        );
+        assert!(d.unwrap().ids[1] != 0 && k[1].held[0].keep);
         // A KEEP lease does not come back: never.
         let mut kept = fresh(2);
         lent(&mut kept[1], 2, 700, true, T0);
