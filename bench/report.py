@@ -26,6 +26,7 @@ SUMMARY = os.path.join(ROOT, "docs", "bench-summary.md")
 TOPKEYS = os.path.join(HERE, "results-topkeys.json")
 HOTKEYS = os.path.join(HERE, "results-hotkeys.json")
 LEASES = os.path.join(HERE, "results-leases.json")
+FAIR = os.path.join(HERE, "results-fair.json")
 
 ORDER = ["incr", "tb", "tb_bytes", "tb_denied", "tb_reserve", "tb_multi", "throttle",
          "tb_idle", "lua", "lua_denied", "lua_idle"]
@@ -485,6 +486,208 @@ def leases_section(x):
     return out
 
 
+def fair_targets(x):
+    """Target rows of bench/fair.py's run (issue 22)."""
+    p = x["params"]
+    interval = 1000 / p["rate"]
+    eq, wt, nf = x["equal"], x["weighted"], x["no_flow"]
+    share = 100 * eq["both_wait"]["b_share"]
+    ratio = wt["both_wait"]["a_per_b"]
+    w = wt["weights"]
+    shots = x["burst_backlog"]["b_waits"]["p99_ms"] / x["burst_alone"]["b_waits"]["p99_ms"]
+    loops = eq["b_waits"]["p99_ms"] / x["b_alone"]["b_waits"]["p99_ms"]
+    loops_p50 = eq["b_waits"]["p50_ms"] / x["b_alone"]["b_waits"]["p50_ms"]
+    after = [(r["after_b"]["max_gap_ms"], r["after_b"]["a_grants_next_second"]) for r in (eq, wt)]
+    flow_runs = [("equal weights", eq), ("%d:%d" % (w["A"], w["B"]), wt)]
+    cost = {r["flows"]: r["ns_per_grant"] for r in x["queue_cost"]["rows"]}
+    growth = x["queue_cost"]["ratio_10000_100"]
+    rows = [
+        ("Fair share, equal weights: B's share of the grants while A (%d waiting) and B (%d) "
+         "wait" % (p["a_clients"], p["b_clients"]), "50% ± 5%",
+         "%.1f%% (without FLOW: %.1f%%)" % (share, 100 * nf["both_wait"]["b_share"]),
+         abs(share - 50) <= 5),
+        ("Fair share, weights A=%d, B=%d: grants of A per grant of B" % (w["A"], w["B"]),
+         "%d ± 10%%" % (w["A"] // w["B"]), "%.2f" % ratio,
+         abs(ratio / (w["A"] / w["B"]) - 1) <= 0.10),
+        ("Fair share: B's p99 wait behind A's backlog / B alone, 10 one-shot calls",
+         "within 2x", "%.2fx (%.0f ms / %.0f ms)" % (
+             shots, x["burst_backlog"]["b_waits"]["p99_ms"],
+             x["burst_alone"]["b_waits"]["p99_ms"]), shots <= 2),
+        ("Fair share: B's p99 wait behind A's backlog / B alone, 10 looping clients",
+         "within 2x (2.0 in theory: B gets half the rate)",
+         "%.2fx (%.0f ms / %.0f ms; p50 %.2fx)" % (
+             loops, eq["b_waits"]["p99_ms"], x["b_alone"]["b_waits"]["p99_ms"], loops_p50),
+         loops <= 2),
+        ("Fair share: when B stops, longest gap between grants in the next %d refill "
+         "intervals; A's grants in the next second" % p["gap_intervals"],
+         "one refill interval (%.0f ms); the rate (%d)" % (interval, p["rate"]),
+         "; ".join("%s: %.1f ms, %d" % (n, g, k) for (n, _), (g, k) in zip(flow_runs, after)),
+         all(g <= interval and k >= p["rate"] - 1 for g, k in after)),
+        ("Fair share: grants over each run with FLOW, never above capacity + rate * T",
+         "never above", "; ".join("%s: %+.1f" % (n, r["admission"]["excess"])
+                                  for n, r in flow_runs),
+         all(r["admission"]["excess"] <= 1 for _, r in flow_runs)),
+        ("Fair share: grants over each run with FLOW, against capacity + rate * T",
+         "within one token", "; ".join("%s: %+.1f (%.1f%% of the rate)" % (
+             n, r["admission"]["excess"],
+             100 * r["admission"]["excess"] / (p["rate"] * r["admission"]["seconds"]))
+             for n, r in flow_runs),
+         all(abs(r["admission"]["excess"]) <= 1 for _, r in flow_runs)),
+        ("Choosing the next waiter (FairQueue pop + push per grant), 10,000 flows / 100 flows",
+         "O(log flows): at most log(10,000) / log(100) = 2x",
+         "%.2fx (median of the rounds' ratios; medians %.0f ns / %.0f ns)" % (
+             growth, cost[10000], cost[100]), growth <= 2),
+    ]
+    sc = x.get("server_cost", {})
+    if "error" not in sc:
+        f = sc["flows"]
+        server = f["10000"]["per_grant"] / f["10"]["per_grant"]
+        rows.append(("Server instructions per grant, %s calls waiting in 10,000 flows / in 10"
+                     % "{:,}".format(sc["calls"]),
+                     "O(log flows): at most log(10,000) / log(10) = 4x",
+                     "%.2fx (%s / %s)" % (server, "{:,.0f}".format(f["10000"]["per_grant"]),
+                                          "{:,.0f}".format(f["10"]["per_grant"])),
+                     server <= 4))
+    return rows
+
+
+def fair_section(x):
+    """BENCHMARKS.md section from bench/results-fair.json."""
+    p, m = x["params"], x["machine"]
+    interval = 1000 / p["rate"]
+    out = ["## Fair share under saturation (issue 22)\n"]
+    out.append("`bench/fair.py` (part of `make bench`; `make bench-fair` runs it alone) on %s, "
+               "%s, %d cores, module commit %s; load average %.2f at the start, %.2f at the "
+               "end. One bucket of %d tokens a second, capacity %d. Flow A saturates it: %d "
+               "clients (threads, one redis-py connection each) each looping `TB.CONSUME k %d "
+               "%d 1 BLOCK %d FLOW A`, sending again as soon as answered, so A always has about "
+               "%d calls waiting. Flow B arrives %.1f s later with %d clients looping the same "
+               "with `FLOW B` for %.0f s, then stops; A runs alone %.1f s more. Every grant is "
+               "recorded as its client sees it: when the reply came, and the wait from sending "
+               "to the reply. *While both wait*: from B's arrival to B's last grant. Each run "
+               "on a fresh server.\n" % (
+                   m["date_utc"], x["server"], m["cores"], m["module_commit"],
+                   m["loadavg_start"], m["loadavg_end"], p["rate"], p["capacity"],
+                   p["a_clients"], p["rate"], p["capacity"], p["block_ms"], p["a_clients"],
+                   p["a_head_s"], p["b_clients"], p["b_seconds"], p["after_s"]))
+    out.append("| run | B's share while both wait | grants A : B | B's wait p50 / p99 "
+               "| after B's last grant: first gap, longest of %d, A's grants in 1 s "
+               "| median interval between grants "
+               "| gaps over 2 intervals: count, their time beyond 1 interval "
+               "| grants - (capacity + rate * T) | load average at the start |"
+               % p["gap_intervals"])
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for key in ("equal", "weighted", "no_flow"):
+        r = x[key]
+        both, bw, ab = r["both_wait"], r["b_waits"], r["after_b"]
+        out.append("| %s | %.1f%% | %d : %d (%.2f) | %.0f / %.0f ms | %.1f ms, %.1f ms, %d "
+                   "| %.2f ms | %d, %.0f ms | %+.1f over %.1f s | %.1f |" % (
+                       r["label"], 100 * both["b_share"], both["A"], both["B"], both["a_per_b"],
+                       bw["p50_ms"], bw["p99_ms"], ab["first_grant_after_ms"], ab["max_gap_ms"],
+                       ab["a_grants_next_second"], r["median_interval_ms"],
+                       r["stalls"]["count"], r["stalls"]["lost_ms"],
+                       r["admission"]["excess"], r["admission"]["seconds"], r["loadavg"]))
+    ba = x["b_alone"]
+    out.append("| B alone (%d looping clients, FLOW B) | — | — | %.0f / %.0f ms | — "
+               "| %.2f ms | %d, %.0f ms | %+.1f over %.1f s | %.1f |" % (
+                   p["b_clients"], ba["b_waits"]["p50_ms"], ba["b_waits"]["p99_ms"],
+                   ba["median_interval_ms"], ba["stalls"]["count"], ba["stalls"]["lost_ms"],
+                   ba["admission"]["excess"],
+                   ba["admission"]["seconds"], ba["loadavg"]))
+    out.append("")
+    q = x["equal"]["queue_midway"]
+    out.append("Midway through the equal-weights run, `TB.INFO` showed %d calls waiting: %s.\n"
+               % (q["waiting"], ", ".join("flow %s (weight %d) %d" % (n, f[0], f[1])
+                                         for n, f in q["flows"].items())))
+    bb, bl = x["burst_backlog"], x["burst_alone"]
+    out.append("**B arriving once.** B's %d calls sent together (one connection each), %d "
+               "times: into A's backlog (A as above, equal weights), and alone on a bucket "
+               "just emptied (as A's backlog keeps it), nobody else waiting. With equal "
+               "weights B's k-th call is served about 2k - 1 grants after it arrives behind "
+               "A's backlog and k grants after alone, so the slowest of the %d waits about "
+               "%.1f times as long in theory:\n" % (
+                   p["b_clients"], p["bursts"], p["b_clients"],
+                   (2 * p["b_clients"] - 1) / p["b_clients"]))
+    out.append("| B's one-shot calls | calls | p50 | p99 | max | slowest of a burst: median "
+               "over the bursts | load average at the start |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|")
+    for label, r in (("into A's backlog", bb), ("alone", bl)):
+        w = r["b_waits"]
+        out.append("| %s | %d | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.1f |" % (
+            label, w["count"], w["p50_ms"], w["p99_ms"], w["max_ms"], r["median_slowest_ms"],
+            r["loadavg"]))
+    out.append("")
+    out.append("The p99 of %d calls is set by the slowest one or two: a stall of the shared "
+               "machine (a gap between grants of more than two refill intervals, counted in "
+               "the table above) that falls in one burst moves it. The slowest call of a "
+               "typical burst waits %.2f times as long behind A's backlog as alone.\n" % (
+                   bb["b_waits"]["count"], bb["median_slowest_ms"] / bl["median_slowest_ms"]))
+    out.append("With looping clients B gets half the rate behind A's backlog and the whole "
+               "rate alone, so each of its calls waits twice as long: the ratio is 2.0 in "
+               "theory, at the edge of the 2x target. Without `FLOW` (plain `BLOCK` reserves "
+               "at once, first come first served), B's calls wait behind every reservation A "
+               "holds: B's share is %.1f%% and its p99 wait %.0f ms.\n" % (
+                   100 * x["no_flow"]["both_wait"]["b_share"],
+                   x["no_flow"]["b_waits"]["p99_ms"]))
+    eq = x["equal"]
+    lost = -eq["admission"]["excess"]
+    out.append("**Grants against the bound.** No run with `FLOW` granted more than "
+               "`capacity + rate * T`; the runs with `FLOW` granted fewer: %.1f tokens fewer "
+               "over %.1f s with equal weights, the median interval between grants being "
+               "%.2f ms for a refill interval of %.0f ms. A queued call is granted when the "
+               "server's timer for its bucket fires and the token is there; any delay between "
+               "the token's refill and that grant (timer thread wake-up, the hop to the main "
+               "thread, other load on a shared machine) is lost for good with a capacity of "
+               "%d, since the bucket cannot bank it. Without `FLOW`, `BLOCK` reserves at "
+               "once and the reservations follow the refill exactly: %+.1f tokens there (its "
+               "server count, %d, includes the reservations still waiting at the end).\n" % (
+                   lost, eq["admission"]["seconds"], eq["median_interval_ms"], interval,
+                   p["capacity"], x["no_flow"]["admission"]["excess"],
+                   x["no_flow"]["server_tokens_granted"]))
+    out.append("The server's own count of tokens granted (`INFO tb`) agrees with the clients': "
+               "%s. The run without `FLOW` stalled too (%d gaps of more than two refill "
+               "intervals, %.0f ms in all), the machine being shared, but its tokens were not "
+               "lost: they were reserved at the refill's pace.\n" % (
+                   "; ".join("%s %d and %d" % (n, r["server_tokens_granted"],
+                                               r["clients_granted"])
+                             for n, r in (("equal weights", eq), ("3:1", x["weighted"]))),
+                   x["no_flow"]["stalls"]["count"], x["no_flow"]["stalls"]["lost_ms"]))
+    c = x["queue_cost"]
+    out.append("**The cost of choosing the next waiter** (`tests/fair_cost.rs`, `cargo test "
+               "--release --test fair_cost -- --ignored --nocapture`): `FairQueue` with every "
+               "flow holding %d waiting calls of weight 1, one grant being the next waiter "
+               "popped and its flow's next call pushed; %s grants per flow count and "
+               "round, %d rounds, each timing every flow count once (so that other load on "
+               "the machine weighs on all alike); medians, and each round in order. The "
+               "queue is a binary tree of the waiting flows and hash maps: `O(log flows)` "
+               "steps, but past the processor's caches (100,000 flows) each step costs a "
+               "memory access.\n" % (c["depth"], "{:,}".format(c["grants_per_round"]),
+                                    c["rounds"]))
+    out.append("| flows waiting | ns per grant | rounds |")
+    out.append("|---:|---:|---|")
+    for r in c["rows"]:
+        out.append("| %s | %.0f | %s |" % ("{:,}".format(r["flows"]), r["ns_per_grant"],
+                                          ", ".join("%.0f" % v for v in r["rounds_ns"])))
+    out.append("")
+    sc = x.get("server_cost", {})
+    if "error" in sc:
+        out.append("The server's instructions per grant were not counted: %s.\n" % sc["error"])
+        return out
+    out.append("**The server's instructions per grant** (valgrind's callgrind, counting only "
+               "while measured, %.0f s per case): %s calls waiting on the bucket above, each "
+               "client asking again as soon as it is answered, the calls spread over 10 flows "
+               "or one per flow; everything the server executes (its threads included) over "
+               "the grants, less `serverCron`'s share (which follows the wall time, stretched "
+               "by valgrind):\n" % (sc["seconds"], "{:,}".format(sc["calls"])))
+    out.append("| flows waiting | grants counted | instructions per grant |")
+    out.append("|---:|---:|---:|")
+    for flows, r in sc["flows"].items():
+        out.append("| %s | %d | %s |" % ("{:,}".format(int(flows)), r["grants"],
+                                         "{:,.0f}".format(r["per_grant"])))
+    out.append("")
+    return out
+
+
 def main():
     with open(os.path.join(HERE, "results.json")) as f:
         r = json.load(f)
@@ -500,6 +703,10 @@ def main():
     if os.path.exists(LEASES):
         with open(LEASES) as f:
             leases = json.load(f)
+    fair = None
+    if os.path.exists(FAIR):
+        with open(FAIR) as f:
+            fair = json.load(f)
     from bench import CALLGRIND_SYMBOLS  # the symbol descriptions live with the driver
     r["instructions_symbols"] = CALLGRIND_SYMBOLS
     plot(r)
@@ -512,6 +719,8 @@ def main():
         rows += hotkeys_targets(hotkeys)
     if leases:
         rows += leases_targets(leases)
+    if fair:
+        rows += fair_targets(fair)
     L = []
     L.append("# Benchmarks\n")
     L.append("Generated by `make bench` (`bench/bench.py`, then `bench/report.py`) on %s; "
@@ -651,6 +860,8 @@ def main():
         L.extend(hotkeys_section(hotkeys))
     if leases:
         L.extend(leases_section(leases))
+    if fair:
+        L.extend(fair_section(fair))
 
     L.append("## Re-running\n")
     L.append("`make bench` builds the module, creates `bench/.venv` (matplotlib, and the "
