@@ -320,14 +320,34 @@ impl<'a> MultiRequest<'a> {
     }
 }
 
-/// One bucket of a multi-bucket call as read: the stored bucket (`None`
-/// for a missing key) and its leases (`&mut Leases`, or the glue's borrow
-/// of them), changed in place.
+/// One bucket of a multi-bucket call as read: its stored bucket, nothing
+/// expired yet, and its leases, which the decision changes in place. The
+/// glue's open keys are such states (without a copy); [`PartState`] is the
+/// plain one.
+pub trait BucketState {
+    /// The stored bucket (`None` for a missing key).
+    fn stored(&self) -> Option<Bucket>;
+    /// Its leases.
+    fn leases(&mut self) -> &mut Leases;
+}
+
+/// A [`BucketState`] of its own: the stored bucket (`None` for a missing
+/// key) and its leases (`Leases` behind any mutable pointer).
 pub struct PartState<L> {
     /// The stored bucket, nothing expired yet.
     pub stored: Option<Bucket>,
     /// Its leases.
     pub leases: L,
+}
+
+impl<L: DerefMut<Target = Leases>> BucketState for PartState<L> {
+    fn stored(&self) -> Option<Bucket> {
+        self.stored
+    }
+
+    fn leases(&mut self) -> &mut Leases {
+        &mut self.leases
+    }
 }
 
 /// What a `TB.MCONSUME` does.
@@ -365,16 +385,12 @@ impl MultiDecision {
 
 /// Each part's bucket as of `now_us` (its leases expired) with what the
 /// call asks of it.
-fn expire_parts<L: DerefMut<Target = Leases>>(
-    parts: &mut [PartState<L>],
-    req: &MultiRequest,
-    now_us: i64,
-) -> Vec<Part> {
+fn expire_parts<S: BucketState>(parts: &mut [S], req: &MultiRequest, now_us: i64) -> Vec<Part> {
     parts
         .iter_mut()
         .zip(req.requests)
         .map(|(p, r)| Part {
-            stored: expire(p.stored, &mut p.leases, now_us),
+            stored: expire(p.stored(), p.leases(), now_us),
             limits: r.limits,
             n: r.n,
         })
@@ -386,8 +402,8 @@ fn expire_parts<L: DerefMut<Target = Leases>>(
 /// leased part short now denies the whole call, with the wait for the
 /// leased parts. With a lease asked of a bucket that holds
 /// [`lease::MAX_LEASES`], the error line, and nothing to write.
-pub fn mconsume<L: DerefMut<Target = Leases>>(
-    parts: &mut [PartState<L>],
+pub fn mconsume<S: BucketState>(
+    parts: &mut [S],
     req: &MultiRequest,
     now_us: i64,
     mut rng: impl FnMut() -> u64,
@@ -396,8 +412,8 @@ pub fn mconsume<L: DerefMut<Target = Leases>>(
     let leased = req.leases;
     if leased
         .iter()
-        .zip(parts.iter())
-        .any(|(l, p)| l.is_some() && !p.leases.has_room())
+        .zip(parts.iter_mut())
+        .any(|(l, p)| l.is_some() && !p.leases().has_room())
     {
         return Err(parse::ERR_LEASE_FULL);
     }
@@ -410,7 +426,7 @@ pub fn mconsume<L: DerefMut<Target = Leases>>(
         Mode::All
     };
     let mut o = bucket::consume_all(&bparts, mode, now_us);
-    let any_held = parts.iter().any(|p| !p.leases.is_blank());
+    let any_held = parts.iter_mut().any(|p| !p.leases().is_blank());
     let mut blocking = 0;
     if (!o.allowed && any_held) || !short.is_empty() {
         (o.retry_after_ms, blocking) = wait_with_leases(&o, parts, &short, now_us);
@@ -433,7 +449,10 @@ pub fn mconsume<L: DerefMut<Target = Leases>>(
                     ttl_ms: ttl,
                     keep: req.keep[j],
                 };
-                ids[j] = parts[j].leases.grant(terms, now_us, &mut rng).unwrap_or(0);
+                ids[j] = parts[j]
+                    .leases()
+                    .grant(terms, now_us, &mut rng)
+                    .unwrap_or(0);
             }
         }
     }
@@ -470,11 +489,7 @@ fn fits_now(p: &Part, now_us: i64) -> bool {
 /// The denial a queued `TB.MCONSUME` would get now, writing nothing:
 /// `[0, wait, tokens...]` (and a 0 per part with any `LEASE`), the wait
 /// counting the leases' expiry (0 if it would fit now).
-pub fn mconsume_dry<L: DerefMut<Target = Leases>>(
-    parts: &mut [PartState<L>],
-    req: &MultiRequest,
-    now_us: i64,
-) -> Answer {
+pub fn mconsume_dry<S: BucketState>(parts: &mut [S], req: &MultiRequest, now_us: i64) -> Answer {
     let bparts = expire_parts(parts, req, now_us);
     let o = bucket::consume_all(&bparts, Mode::All, now_us);
     let (retry, blocking) = if o.allowed {
@@ -505,9 +520,9 @@ pub fn mconsume_dry<L: DerefMut<Target = Leases>>(
 /// when `only` is empty; -1 if one of them can never succeed. With it, the
 /// part that makes the call wait (the first with the longest wait, or the
 /// one that never succeeds).
-fn wait_with_leases<L: Deref<Target = Leases>>(
+fn wait_with_leases<S: BucketState>(
     o: &MultiOutcome,
-    parts: &[PartState<L>],
+    parts: &mut [S],
     only: &[usize],
     now_us: i64,
 ) -> (i64, usize) {
@@ -525,7 +540,7 @@ fn wait_with_leases<L: Deref<Target = Leases>>(
             return (-1, j);
         }
         let level = o.need[j] as i128 * NANOS;
-        match parts[j].leases.micros_until(b, level, now_us) {
+        match parts[j].leases().micros_until(b, level, now_us) {
             Some(us) if us > wait => (wait, part) = (us, j),
             Some(_) => {}
             None => return (-1, j),

@@ -24,17 +24,14 @@
 //! the lease id of every part after the remaining tokens (0 for a part
 //! without a lease, or when denied).
 
-use std::cell::RefMut;
-
 use super::consume::{queue_try, ATMOST_ARGS, ERR_CANNOT_BLOCK, FLOW_ARGS};
-use crate::decide::{self, MultiDecision, MultiRequest, PartState, Serve};
+use crate::decide::{self, MultiDecision, MultiRequest, Serve};
 use crate::glue::command::{
     block, integer, key, one_of, pure_token, string, Access, Arity, Command, Keys, Spec,
 };
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
 use crate::glue::store::{BucketKey, Read, Write};
 use crate::glue::{blocking, clock, config, lease_wait, random, stats, top};
-use crate::lease::Leases;
 use crate::parse;
 
 /// `TB.MCONSUME`.
@@ -106,10 +103,10 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
 /// The call's write: decides on the buckets as stored, commits, records.
 fn take(ctx: &Ctx, args: &Args, req: &MultiRequest) -> Result<MultiDecision, CmdError> {
     let now = clock::now_us();
-    let keys = (0..req.requests.len())
+    let mut keys = (0..req.requests.len())
         .map(|i| ctx.open_bucket(args.key(2 + i)))
         .collect::<Result<Vec<BucketKey<Write>>, _>>()?;
-    let d = decide::mconsume(&mut states(&keys), req, now, random::u64)?;
+    let d = decide::mconsume(&mut keys, req, now, random::u64)?;
     let o = &d.outcome;
     for ((key, b), dirty) in keys.iter().zip(&o.buckets).zip(&o.dirty) {
         if *dirty {
@@ -130,19 +127,9 @@ fn queued_try(ctx: &Ctx, args: &Args, dry: bool) -> Result<lease_wait::Try, CmdE
         return Ok(queue_try(take(ctx, args, &req)?.into_answer()));
     }
     let now = clock::now_us();
-    let keys = (0..req.requests.len())
+    let mut keys = (0..req.requests.len())
         .map(|i| ctx.read_bucket(args.key(2 + i)))
         .collect::<Result<Vec<BucketKey<Read>>, _>>()?;
-    let answer = decide::mconsume_dry(&mut states(&keys), &req, now);
+    let answer = decide::mconsume_dry(&mut keys, &req, now);
     Ok(queue_try(answer))
-}
-
-/// Each key's state as stored, for [`decide`].
-fn states<'k, M>(keys: &'k [BucketKey<M>]) -> Vec<PartState<RefMut<'k, Leases>>> {
-    keys.iter()
-        .map(|key| PartState {
-            stored: key.stored(),
-            leases: key.leases(),
-        })
-        .collect()
 }

@@ -222,6 +222,18 @@ impl<'c, M> BucketKey<'c, M> {
     }
 }
 
+/// An open key is the state a multi-bucket decision reads and changes in
+/// place: its stored bucket and its leases (no copy, no runtime borrow).
+impl<M> crate::decide::BucketState for BucketKey<'_, M> {
+    fn stored(&self) -> Option<Bucket> {
+        self.stored.get()
+    }
+
+    fn leases(&mut self) -> &mut Leases {
+        self.leases.get_mut()
+    }
+}
+
 impl<'c> BucketKey<'c, Write> {
     /// Writes `b` and replicates the resulting absolute state, so replicas
     /// and the AOF never re-run a clock-dependent command. A bucket that is
