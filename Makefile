@@ -124,10 +124,10 @@ unit:
 	$(CARGO) test $(UNIT_FLAGS) --lib -- --test-threads=$(TEST_THREADS)
 	$(CARGO) test $(UNIT_FLAGS) --doc
 
-# The fast loop: format, lint and the unit tests, no server (under a minute
-# on a warm build).
-quick: ## format check, clippy, unit and doc tests: no server (under a minute, warm)
-	@$(MAKE) --no-print-directory lint unit
+# The fast loop: format, lint, the unit tests and the catalogue's staleness
+# check (mk/catalogue.mk), no server (under a minute on a warm build).
+quick: ## format check, clippy, unit and doc tests, stale generated files: no server (under a minute, warm)
+	@$(MAKE) --no-print-directory lint unit check-catalogue
 
 # The inner loop with one server: `make quick`, then the Rust integration
 # suite on the system Redis 7.0. `make test` is the gate.

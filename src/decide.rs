@@ -14,8 +14,9 @@
 use std::ops::{Deref, DerefMut};
 
 use crate::bucket::{self, Bucket, Kind, Limits, Mode, MultiOutcome, Outcome, Part, NANOS};
+use crate::errors;
 use crate::lease::{self, Leases, Terms};
-use crate::parse::{self, ConsumeArgs, MconsumeArgs, ParseError, Request, Wait};
+use crate::parse::{ConsumeArgs, MconsumeArgs, Request, Wait};
 
 /// How a call is served, besides what it decides.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,7 +67,7 @@ pub fn wait_ms(wait: Wait) -> Option<u64> {
 /// Refuses a wait longer than `max_wait_ms` (the `tb.max-wait-ms` setting).
 pub fn check_wait(ms: Option<u64>, max_wait_ms: u64) -> Result<(), String> {
     match ms {
-        Some(ms) if ms > max_wait_ms => Err(parse::err_wait_exceeds(max_wait_ms)),
+        Some(ms) if ms > max_wait_ms => Err(errors::wait_exceeds(max_wait_ms)),
         _ => Ok(()),
     }
 }
@@ -217,10 +218,10 @@ pub fn consume(
     req: &ConsumeRequest,
     now_us: i64,
     rng: impl FnMut() -> u64,
-) -> Result<Decision, ParseError> {
+) -> Result<Decision, &'static str> {
     let stored = expire(stored, leases, now_us);
     if req.lease.is_some() && !leases.has_room() {
-        return Err(parse::ERR_LEASE_FULL);
+        return Err(errors::ERR_LEASE_FULL);
     }
     let mut o = bucket::consume(stored.as_ref(), req.limits, req.n, req.mode, now_us);
     let lease_id = req.lease.map(|l| match o.kind {
@@ -407,7 +408,7 @@ pub fn mconsume<S: BucketState>(
     req: &MultiRequest,
     now_us: i64,
     mut rng: impl FnMut() -> u64,
-) -> Result<MultiDecision, ParseError> {
+) -> Result<MultiDecision, &'static str> {
     let bparts = expire_parts(parts, req, now_us);
     let leased = req.leases;
     if leased
@@ -415,7 +416,7 @@ pub fn mconsume<S: BucketState>(
         .zip(parts.iter_mut())
         .any(|(l, p)| l.is_some() && !p.leases().has_room())
     {
-        return Err(parse::ERR_LEASE_FULL);
+        return Err(errors::ERR_LEASE_FULL);
     }
     let short: Vec<usize> = (0..bparts.len())
         .filter(|&j| leased[j].is_some() && !fits_now(&bparts[j], now_us))
@@ -558,6 +559,7 @@ mod tests {
     use super::*;
     use crate::bucket::Rate;
     use crate::lease::MAX_LEASES;
+    use crate::parse;
 
     const SEC: i64 = 1_000_000;
     const MS: i64 = 1_000;
@@ -604,7 +606,7 @@ mod tests {
         leases: &mut Leases,
         line: &str,
         now: i64,
-    ) -> Result<Decision, ParseError> {
+    ) -> Result<Decision, &'static str> {
         consume(stored, leases, &req(line).0, now, rng(1))
     }
 
@@ -824,7 +826,7 @@ mod tests {
         let b = holding(0, 2000, 976, T0);
         let before = leases.clone();
         let full = run(Some(b), &mut leases, "k 0 2000 1 LEASE 1000", T0);
-        assert_eq!(full, Err(parse::ERR_LEASE_FULL));
+        assert_eq!(full, Err(errors::ERR_LEASE_FULL));
         assert_eq!(leases, before);
         // Without LEASE the table does not matter.
         assert!(run(Some(b), &mut leases, "k 0 2000 1", T0).is_ok());
@@ -906,7 +908,7 @@ mod tests {
         buckets: Vec<Option<Bucket>>,
         leases: &mut [Leases],
         now: i64,
-    ) -> Result<MultiDecision, ParseError> {
+    ) -> Result<MultiDecision, &'static str> {
         let argv = [&[b"tb.mconsume".as_slice()][..], &margs(line)].concat();
         let a = parse::mconsume_args(&argv[..]).unwrap();
         let (r, _) = MultiRequest::of(&a);
@@ -1106,7 +1108,7 @@ mod tests {
         l[0].clear_journal();
         let b = vec![Some(holding(0, 2000, 976, T0))];
         let full = mrun("1 a 0 2000 1 LEASE 1 1000", b.clone(), &mut l, T0);
-        assert_eq!(full, Err(parse::ERR_LEASE_FULL));
+        assert_eq!(full, Err(errors::ERR_LEASE_FULL));
         let d = mrun("1 a 0 2000 1 LEASE 1 1000", b, &mut l, T0 + SEC).unwrap();
         assert!(d.outcome.allowed && d.ids[0] != 0);
     }

@@ -2,7 +2,8 @@
 //!
 //! Layout:
 //! - [`bucket`], [`codec`] and [`parse`]: pure arithmetic, the state's
-//!   encodings and argument parsing, no Redis types, unit-tested with an
+//!   encodings and argument parsing ([`errors`]: every error line they and
+//!   the handlers answer), no Redis types, unit-tested with an
 //!   injected clock; [`cell`]: `CL.THROTTLE`'s redis-cell reply;
 //! - [`decide`]: what a consume call does to the stored state (bucket and
 //!   leases) and what it answers, pure as well;
@@ -20,6 +21,7 @@ pub mod bucket;
 pub mod cell;
 pub mod codec;
 pub mod decide;
+pub mod errors;
 pub mod fair;
 pub mod lease;
 pub mod parse;
@@ -28,10 +30,16 @@ pub mod topkeys;
 pub mod version;
 pub mod waitq;
 
-#[cfg(all(feature = "module", not(test)))]
+// The command table and the glue also compile for unit tests (of the glue's
+// pure parts, and of the catalogue, which reads the command specs); nothing
+// registers them with Redis there, hence the dead-code allowance.
+// The protocol catalogue (`protocol/catalogue.json`), a test that checks and
+// writes it from the command specs, errors and limits.
+#[cfg(all(test, feature = "module"))]
+mod catalogue;
+#[cfg(feature = "module")]
+#[cfg_attr(test, allow(dead_code))]
 mod commands;
-// The glue also compiles for unit tests of its pure parts; nothing
-// registers it with Redis there, hence the dead-code allowance.
 #[cfg(feature = "module")]
 #[cfg_attr(test, allow(dead_code))]
 mod glue;

@@ -7,21 +7,17 @@
 
 use crate::bucket::{Bucket, Limits, Rate, MAX_AMOUNT};
 use crate::codec::wire;
+use crate::errors::{
+    ERR_ATMOST_WAIT, ERR_BURST, ERR_CAPACITY, ERR_COUNT, ERR_DUPLICATE, ERR_FLOW_BLOCK,
+    ERR_FLOW_NAME, ERR_LEASE_ID, ERR_LEASE_MODE, ERR_LEASE_N, ERR_LEASE_PART, ERR_LEASE_TTL,
+    ERR_LEASE_TWICE, ERR_MCONSUME_BLOCK, ERR_MCONSUME_OPTION, ERR_MIN, ERR_MIN_ATMOST, ERR_N,
+    ERR_NUMKEYS, ERR_OPTION, ERR_PERIOD, ERR_QUANTITY, ERR_RATE, ERR_RATE_RANGE,
+    ERR_RELEASE_OPTION, ERR_STATE, ERR_SUBCOMMAND, ERR_TOP_OPTION, ERR_USED, ERR_WAIT, ERR_WEIGHT,
+};
 use crate::lease::Leases;
 
 /// A parse failure, as the full error line sent to the client.
 pub type ParseError = &'static str;
-
-/// Error for an unparsable rate.
-pub const ERR_RATE: ParseError =
-    "ERR rate must be a non-negative decimal (10, 0.5, 1e-3) or N/s, N/m, N/h, N/d";
-/// Error for a rate outside the supported range or precision.
-pub const ERR_RATE_RANGE: ParseError =
-    "ERR rate out of range or too precise: supported from about 1e-12 to 9e15 tokens per second";
-/// Error for an unparsable capacity.
-pub const ERR_CAPACITY: ParseError = "ERR capacity must be an integer from 0 to 9007199254740992";
-/// Error for an unparsable token count.
-pub const ERR_N: ParseError = "ERR n must be an integer from 0 to 9007199254740992";
 
 /// Parses an unsigned decimal integer of at most 2^53.
 pub fn amount(arg: &[u8], err: ParseError) -> Result<u64, ParseError> {
@@ -328,26 +324,6 @@ pub fn chunk(arg: &[u8]) -> Result<u64, ParseError> {
     }
 }
 
-/// The error for a RESERVE or BLOCK wait above the `max-wait-ms` setting,
-/// naming the setting's current value: `ERR wait exceeds tb.max-wait-ms (N)`.
-pub fn err_wait_exceeds(max_wait_ms: u64) -> String {
-    format!("ERR wait exceeds tb.max-wait-ms ({max_wait_ms})")
-}
-
-/// Error for a bad RESERVE/BLOCK wait.
-pub const ERR_WAIT: ParseError =
-    "ERR RESERVE and BLOCK take a wait in milliseconds, an integer from 0 to 86400000";
-/// Error for an unknown or repeated option.
-pub const ERR_OPTION: ParseError =
-    "ERR unknown or repeated option: after n, use RESERVE ms, BLOCK ms or ATMOST";
-/// Error for a bad `MIN chunk`: not an integer, 0, or above the capacity
-/// (of any quantity part, in TB.MCONSUME).
-pub const ERR_MIN: ParseError = "ERR MIN takes a chunk, an integer from 1 to capacity";
-/// Error for `MIN` without `ATMOST`.
-pub const ERR_MIN_ATMOST: ParseError = "ERR MIN needs ATMOST";
-/// Error for ATMOST combined with waiting.
-pub const ERR_ATMOST_WAIT: ParseError = "ERR ATMOST cannot be combined with RESERVE or BLOCK";
-
 /// Case-insensitive ASCII comparison of an argument with a keyword.
 pub fn is_keyword(arg: &[u8], keyword: &str) -> bool {
     arg.eq_ignore_ascii_case(keyword.as_bytes())
@@ -502,14 +478,6 @@ pub struct Flow<'a> {
     pub weight: u64,
 }
 
-/// Error for FLOW without BLOCK.
-pub const ERR_FLOW_BLOCK: ParseError = "ERR FLOW needs BLOCK";
-/// Error for a flow name that is empty or too long (it names [`MAX_FLOW_NAME`]).
-pub const ERR_FLOW_NAME: ParseError = "ERR FLOW takes a name of 1 to 128 bytes";
-/// Error for a bad weight, or WEIGHT not right after `FLOW name` (it names
-/// [`crate::fair::MAX_WEIGHT`]).
-pub const ERR_WEIGHT: ParseError = "ERR WEIGHT takes an integer from 1 to 1000000, after FLOW name";
-
 /// Parses `FLOW name [WEIGHT w]` starting at `args[0]` (the `FLOW`
 /// keyword): the flow and how many arguments it took.
 pub fn flow_at<'a>(args: &[&'a [u8]]) -> Result<(Flow<'a>, usize), ParseError> {
@@ -559,14 +527,6 @@ pub fn split_flow<'a>(
     Ok((flow, rest))
 }
 
-/// Error for a bad `numkeys` of TB.MCONSUME (it names [`MAX_KEYS`]).
-pub const ERR_NUMKEYS: ParseError =
-    "ERR numkeys must be an integer from 1 to 16 and match the arguments";
-/// Error for a key named twice in TB.MCONSUME.
-pub const ERR_DUPLICATE: ParseError = "ERR a key appears twice in TB.MCONSUME";
-/// Error for an unknown TB.MCONSUME option.
-pub const ERR_MCONSUME_OPTION: ParseError =
-    "ERR unknown option: TB.MCONSUME takes RESERVE ms, or ATMOST [MIN chunk], and LEASE part ttl-ms";
 /// Most keys one TB.MCONSUME may name. Every key costs about what one
 /// TB.CONSUME costs (Redis hashes the name a few times to look it up, write
 /// it and set its expiry), and Redis runs one command at a time, so this
@@ -756,16 +716,6 @@ pub fn has_duplicate<'a>(keys: impl ExactSizeIterator<Item = &'a [u8]> + Clone) 
 /// Most keys [`has_duplicate`] compares pairwise.
 const PAIRWISE_KEYS: usize = 4;
 
-/// Error for a bad CL.THROTTLE `max_burst`.
-pub const ERR_BURST: ParseError = "ERR max_burst must be an integer from 0 to 9007199254740991";
-/// Error for a bad CL.THROTTLE `count`.
-pub const ERR_COUNT: ParseError = "ERR count must be an integer from 0 to 9007199254740992";
-/// Error for a bad CL.THROTTLE `period`.
-pub const ERR_PERIOD: ParseError =
-    "ERR period must be an integer number of seconds from 1 to 9007199254740992";
-/// Error for a bad CL.THROTTLE `quantity`.
-pub const ERR_QUANTITY: ParseError = "ERR quantity must be an integer from 0 to 9007199254740992";
-
 /// `CL.THROTTLE key max_burst count period [quantity]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ThrottleArgs {
@@ -808,9 +758,6 @@ pub fn refund_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<u64, ArgsError> {
 pub fn info_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<(), ArgsError> {
     exactly(a, 2)
 }
-
-/// Error for a state TB.SETSTATE cannot set.
-pub const ERR_STATE: ParseError = "ERR invalid bucket state for TB.SETSTATE";
 
 /// `TB.SETSTATE`: set a bucket's absolute state, or delete it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -889,16 +836,6 @@ fn decimal_state<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<(Bucket, i64), Pars
     Ok((b, at_ms))
 }
 
-/// Error for a lease change (TB.SETSTATE) that does not fit the leases the
-/// key holds: the replica's or AOF's key is not the state the master
-/// changed.
-pub const ERR_DELTA: ParseError =
-    "ERR TB.SETSTATE: the lease change does not fit the leases the key holds";
-
-/// Error for an unknown TB.CONFIG subcommand.
-pub const ERR_SUBCOMMAND: ParseError =
-    "ERR unknown subcommand: use GET pattern, SET name value, or RESETSTAT";
-
 /// `TB.CONFIG GET pattern | SET name value | RESETSTAT`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConfigArgs<'a> {
@@ -945,10 +882,6 @@ pub struct TopOptions {
     pub count: u64,
 }
 
-/// Error for a bad `TB.TOP` argument.
-pub const ERR_TOP_OPTION: ParseError =
-    "ERR unknown or repeated option: TB.TOP takes DENIED or WAITS, and COUNT n";
-
 /// Parses the arguments after `TB.TOP`, with `COUNT` at most `max_count`
 /// (the sketch's capacity).
 pub fn top_options<'a>(
@@ -987,31 +920,6 @@ pub fn top_options<'a>(
 // ---------------------------------------------------------------------------
 // Leases and their release (issue 13, parts 1 and 2).
 // ---------------------------------------------------------------------------
-
-/// Error for a bad LEASE TTL.
-pub const ERR_LEASE_TTL: ParseError =
-    "ERR LEASE takes a TTL in milliseconds, an integer from 1 to 86400000";
-/// Error for LEASE given twice (or twice for one part of TB.MCONSUME).
-pub const ERR_LEASE_TWICE: ParseError = "ERR LEASE given twice";
-/// Error for LEASE with a way of waiting or a partial grant.
-pub const ERR_LEASE_MODE: ParseError = "ERR LEASE cannot be combined with RESERVE or ATMOST";
-/// Error for BLOCK on TB.MCONSUME with RESERVE or ATMOST.
-pub const ERR_MCONSUME_BLOCK: ParseError = "ERR BLOCK cannot be combined with RESERVE or ATMOST";
-/// Error for LEASE on n = 0.
-pub const ERR_LEASE_N: ParseError = "ERR LEASE needs n of at least 1";
-/// Error for a bucket that holds the most leases it may.
-pub const ERR_LEASE_FULL: ParseError =
-    "ERR the bucket holds 1024 leases already: release some or wait for them to expire";
-/// Error for a bad lease id.
-pub const ERR_LEASE_ID: ParseError = "ERR lease-id must be an integer from 0 to 9007199254740992";
-/// Error for a bad USED amount.
-pub const ERR_USED: ParseError =
-    "ERR USED takes the tokens used, an integer from 0 to 9007199254740992";
-/// Error for an unknown option of TB.RELEASE.
-pub const ERR_RELEASE_OPTION: ParseError = "ERR unknown option: TB.RELEASE takes USED n";
-/// Error for a bad part number in TB.MCONSUME's LEASE.
-pub const ERR_LEASE_PART: ParseError =
-    "ERR LEASE in TB.MCONSUME takes a part number from 1 to numkeys and a TTL";
 
 /// A lease's TTL in ms and whether it keeps its tokens at expiry (`KEEP`).
 pub type LeaseTerms = (u64, bool);

@@ -50,6 +50,10 @@ use std::hash::BuildHasher;
 /// their first `KEY_MAX` bytes.
 pub const KEY_MAX: usize = 256;
 
+/// Keys each `TB.TOP` sketch monitors, and so the largest `COUNT`: every
+/// count is at most `total / TOP_CAPACITY` (0.4% of the total) too high.
+pub const TOP_CAPACITY: usize = 256;
+
 /// Rescale every count once `(now - landmark) / tau` passes this, so the
 /// forward weights stay far from overflow (`e^32` is about `8e13`).
 const RESCALE_AFTER: f64 = 32.0;

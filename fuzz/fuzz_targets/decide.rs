@@ -23,7 +23,8 @@ use sim::{wait_ms, RawAmount, RawBucket, RawLimits, Step};
 use tb::bucket::{Bucket, Kind, Mode};
 use tb::decide::{self, ConsumeRequest, Lend, MultiRequest, PartState};
 use tb::lease::{Leases, MAX_LEASES, MAX_TTL_MS};
-use tb::parse::{Request, ERR_LEASE_FULL};
+use tb::errors::ERR_LEASE_FULL;
+use tb::parse::Request;
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
 enum RawMode {

@@ -20,11 +20,10 @@
 use libfuzzer_sys::fuzz_target;
 use tb::bucket::MAX_AMOUNT;
 use tb::codec::wire;
+use tb::errors::{ERR_DUPLICATE, ERR_OPTION};
 use tb::fair::MAX_WEIGHT;
 use tb::lease::MAX_TTL_MS;
-use tb::parse::{
-    self, ArgsError, ConfigArgs, SetStateArgs, ERR_DUPLICATE, ERR_OPTION, MAX_FLOW_NAME, MAX_KEYS, MAX_WAIT_MS,
-};
+use tb::parse::{self, ArgsError, ConfigArgs, SetStateArgs, MAX_FLOW_NAME, MAX_KEYS, MAX_WAIT_MS};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&which, rest)) = data.split_first() else {

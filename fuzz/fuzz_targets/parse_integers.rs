@@ -6,7 +6,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use tb::bucket::MAX_AMOUNT;
-use tb::parse::{self, ERR_N};
+use tb::errors::ERR_N;
+use tb::parse;
 
 /// The value of a non-empty run of ASCII digits, if it fits in a u128.
 fn digits_value(s: &[u8]) -> Option<u128> {

@@ -7,10 +7,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use tb::bucket::MAX_AMOUNT;
-use tb::parse::{
-    self, ConsumeOptions, Wait, ERR_ATMOST_WAIT, ERR_MIN, ERR_MIN_ATMOST, ERR_N, ERR_OPTION,
-    ERR_WAIT, MAX_WAIT_MS,
-};
+use tb::errors::{ERR_ATMOST_WAIT, ERR_MIN, ERR_MIN_ATMOST, ERR_N, ERR_OPTION, ERR_WAIT};
+use tb::parse::{self, ConsumeOptions, Wait, MAX_WAIT_MS};
 
 fn parse(args: &[Vec<u8>]) -> Result<ConsumeOptions, parse::ParseError> {
     parse::consume_options(args.iter().map(Vec::as_slice))

@@ -12,7 +12,8 @@ use num_bigint::BigUint;
 use num_rational::Ratio;
 use num_traits::{One, Zero};
 use tb::bucket::{Rate, MAX_RATE_DEN, MAX_RATE_NUM};
-use tb::parse::{self, ERR_RATE, ERR_RATE_RANGE};
+use tb::errors::{ERR_RATE, ERR_RATE_RANGE};
+use tb::parse;
 
 /// What the reference makes of a rate argument.
 #[derive(Debug, PartialEq)]

@@ -6,7 +6,7 @@ use crate::glue::command::{Keys, Spec};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
 use crate::glue::{config, stats};
 use crate::parse::{self, glob, ConfigArgs};
-use crate::settings;
+use crate::{errors, settings};
 
 /// `TB.CONFIG`.
 pub struct Config;
@@ -47,10 +47,7 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         }
         ConfigArgs::Set(name, value) => {
             let setting = settings::find(name).ok_or_else(|| {
-                CmdError::Owned(format!(
-                    "ERR unknown setting '{}'",
-                    String::from_utf8_lossy(name)
-                ))
+                CmdError::Owned(errors::unknown_setting(&String::from_utf8_lossy(name)))
             })?;
             config::set(setting, value)?;
             r.ok();

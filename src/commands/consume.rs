@@ -12,6 +12,7 @@
 //! and with `LEASE` a sixth element, the lease id (0 when denied).
 
 use crate::decide::{self, ConsumeRequest, Decision, Serve};
+use crate::errors::ERR_CANNOT_BLOCK;
 use crate::glue::command::{block, integer, key, one_of, pure_token, string, Access, Arity};
 use crate::glue::command::{Arg, Command, Keys, Spec};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
@@ -76,9 +77,6 @@ pub const ATMOST_ARGS: &[Arg] = &[
     pure_token(c"atmost", c"ATMOST"),
     integer(c"chunk").token(c"MIN").optional(),
 ];
-
-pub(crate) const ERR_CANNOT_BLOCK: &str =
-    "ERR BLOCK cannot wait inside MULTI, a script, or on a client that cannot block: use RESERVE and wait on the client";
 
 fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let a = parse::consume_args(args)?;

@@ -24,8 +24,9 @@
 //! the lease id of every part after the remaining tokens (0 for a part
 //! without a lease, or when denied).
 
-use super::consume::{queue_try, ATMOST_ARGS, ERR_CANNOT_BLOCK, FLOW_ARGS};
+use super::consume::{queue_try, ATMOST_ARGS, FLOW_ARGS};
 use crate::decide::{self, MultiDecision, MultiRequest, Serve};
+use crate::errors::ERR_CANNOT_BLOCK;
 use crate::glue::command::{
     block, integer, key, one_of, pure_token, string, Access, Arity, Command, Keys, Spec,
 };

@@ -15,6 +15,7 @@
 //! `error` is at most `error_bound`, and a key not listed has at most
 //! `error_bound`. Decimal figures are strings rounded to three decimals.
 
+use crate::errors;
 use crate::glue::command::{integer, one_of, pure_token, Arity, Command, Keys, Spec};
 use crate::glue::entry::{Args, CmdResult, Ctx};
 use crate::glue::{clock, top};
@@ -46,13 +47,11 @@ impl Command for Top {
     };
 }
 
-const ERR_COUNT: &str = "ERR COUNT must be an integer from 0 to 256";
-
 fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let opts = parse::top_options(
         (1..args.len()).map(|i| args.bytes(i)),
         top::CAPACITY as u64,
-        ERR_COUNT,
+        errors::ERR_TOP_COUNT,
     )?;
     let now = clock::now_us();
     let (s, memory) = top::summary(opts.metric, opts.count as usize, now);

@@ -47,6 +47,7 @@ use super::entry::{guard, Ctx, KeyName};
 use super::reply::Replier;
 use super::{clock, config, stats, waker};
 use crate::bucket::{Bucket, Limits};
+use crate::errors::{ERR_LOST_REPLY, ERR_UNBLOCKED};
 use crate::lease;
 
 /// The reply a blocked client gets: `[allowed, remaining, retry_after_ms,
@@ -297,10 +298,6 @@ enum Answer {
     Unblocked,
 }
 
-/// The error Redis answers a blocked client when the server turns replica.
-const UNBLOCKED: &str =
-    "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)";
-
 /// Hands `bc` back to Redis, with what its reply callback answers (or
 /// nothing: the client is gone, or was answered already); Redis frees the
 /// handle before the event loop next sleeps.
@@ -337,7 +334,7 @@ fn role_changed(_ctx: &Context, role: ServerRole) {
             waker::stop(w.timer);
             hand_back(bc as Handle, Some(Answer::Unblocked));
         }
-        super::lease_wait::unblock_all(UNBLOCKED);
+        super::lease_wait::unblock_all(ERR_UNBLOCKED);
     })
 }
 
@@ -402,8 +399,8 @@ fn reply_from_privdata(ctx: NonNull<raw::RedisModuleCtx>) {
     };
     match a {
         Some(Answer::Due(w)) => r.ints(&w.reply(ctx, 0)),
-        Some(Answer::Unblocked) => r.error(UNBLOCKED),
-        None => r.error("ERR tb: lost the reservation reply"),
+        Some(Answer::Unblocked) => r.error(ERR_UNBLOCKED),
+        None => r.error(ERR_LOST_REPLY),
     }
 }
 

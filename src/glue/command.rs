@@ -18,6 +18,7 @@ use std::ptr::{self, NonNull};
 use redis_module::{raw, Context};
 
 use super::entry::{Args, CmdError, CmdResult, Ctx};
+use crate::errors::{self, ERR_PANIC_MAY_HAVE_EFFECTS, ERR_PANIC_NO_EFFECT};
 use crate::parse;
 
 /// A command's handler.
@@ -132,6 +133,11 @@ pub struct Registration {
 }
 
 impl Registration {
+    /// The command's spec.
+    pub fn spec(&self) -> &'static Spec {
+        self.spec
+    }
+
     /// The registration of command `C`.
     pub const fn of<C: Command>() -> Registration {
         Registration {
@@ -150,18 +156,12 @@ extern "C" fn entry<C: Command>(
     dispatch(ctx, argv, argc, C::SPEC)
 }
 
-/// The reply to a panic that came before the call changed anything.
-const PANIC_NO_EFFECT: &str = "ERR tb: internal error; the command had no effect";
-/// The reply to a panic that came after the call began to write.
-const PANIC_MAY_HAVE_EFFECTS: &str =
-    "ERR tb: internal error; the command may have had effects (check the key)";
-
 /// The reply to a handler that panicked.
 fn panic_reply(may_have_effects: bool) -> &'static str {
     if may_have_effects {
-        PANIC_MAY_HAVE_EFFECTS
+        ERR_PANIC_MAY_HAVE_EFFECTS
     } else {
-        PANIC_NO_EFFECT
+        ERR_PANIC_NO_EFFECT
     }
 }
 
@@ -197,9 +197,7 @@ fn dispatch(
         Ok(Err(CmdError::Msg(m))) => r.error(m),
         Ok(Err(CmdError::Owned(m))) => r.error(&m),
         Ok(Err(CmdError::WrongArity)) => r.wrong_arity(),
-        Ok(Err(CmdError::WrongType)) => {
-            r.error("WRONGTYPE Operation against a key holding the wrong kind of value")
-        }
+        Ok(Err(CmdError::WrongType)) => r.error(errors::ERR_WRONGTYPE),
         Err(_) => r.error(panic_reply(ctx.may_have_effects())),
     }
     raw::Status::Ok as c_int
@@ -239,7 +237,7 @@ pub fn register_all(ctx: &Context, all: &[Registration]) -> Result<(), String> {
 }
 
 fn register(ctx: &Context, r: &Registration) -> Result<(), String> {
-    let s = r.spec;
+    let s = r.spec();
     let flags = s.flags.to_string_lossy();
     let (first, last, step) = match s.keys {
         Keys::None => (0, 0, 0),
@@ -376,17 +374,19 @@ fn key_specs(keys: Keys) -> [raw::RedisModuleCommandKeySpec; 2] {
     specs
 }
 
-/// One argument as `COMMAND DOCS` describes it.
+/// One argument as `COMMAND DOCS` describes it (the catalogue reads it too).
 pub struct Arg {
-    name: &'static CStr,
-    kind: raw::RedisModuleCommandArgType,
+    /// Name, as `COMMAND DOCS` shows it.
+    pub(crate) name: &'static CStr,
+    /// `REDISMODULE_ARG_TYPE_*`.
+    pub(crate) kind: raw::RedisModuleCommandArgType,
     /// The keyword in front of the value (`RESERVE ms`), or the whole
     /// argument for a pure token.
-    token: Option<&'static CStr>,
+    pub(crate) token: Option<&'static CStr>,
     /// `REDISMODULE_CMD_ARG_*` flags.
-    flags: u32,
+    pub(crate) flags: u32,
     /// Sub-arguments of a `ONEOF` or `BLOCK`.
-    sub: &'static [Arg],
+    pub(crate) sub: &'static [Arg],
 }
 
 /// An argument of type `kind`.
@@ -542,7 +542,7 @@ mod tests {
 
     #[test]
     fn a_panic_after_a_write_is_not_reported_as_harmless() {
-        assert_eq!(panic_reply(false), PANIC_NO_EFFECT);
+        assert_eq!(panic_reply(false), ERR_PANIC_NO_EFFECT);
         assert!(panic_reply(false).contains("had no effect"));
         assert!(panic_reply(true).contains("may have had effects"));
     }

@@ -41,6 +41,7 @@ use redis_module::raw;
 use super::entry::{guard, Args, CmdError, CmdResult, Ctx};
 use super::reply::Replier;
 use super::{blocking, stats, waker};
+use crate::errors;
 use crate::parse::Flow;
 use crate::waitq::{self, WaitQueue, WaiterId};
 
@@ -368,10 +369,8 @@ impl From<CmdError> for Reply {
         Reply::Error(match e {
             CmdError::Msg(m) => m.to_owned(),
             CmdError::Owned(m) => m,
-            CmdError::WrongArity => "ERR wrong number of arguments".to_owned(),
-            CmdError::WrongType => {
-                "WRONGTYPE Operation against a key holding the wrong kind of value".to_owned()
-            }
+            CmdError::WrongArity => errors::ERR_WRONG_ARITY.to_owned(),
+            CmdError::WrongType => errors::ERR_WRONGTYPE.to_owned(),
         })
     }
 }
@@ -745,7 +744,7 @@ fn reply_from_privdata(ctx: NonNull<raw::RedisModuleCtx>) {
     match reply {
         Some(Reply::Ints(v)) => r.ints(v),
         Some(Reply::Error(e)) => r.error(e),
-        None => r.error("ERR tb: lost the reservation reply"),
+        None => r.error(errors::ERR_LOST_REPLY),
     }
 }
 

@@ -7,6 +7,7 @@ use std::os::raw::c_long;
 use redis_module::raw;
 
 use super::entry::Ctx;
+use crate::errors;
 
 /// Writes the reply of one call (or of one blocked client's callback).
 #[derive(Clone, Copy)]
@@ -71,7 +72,8 @@ impl<'a> Replier<'a> {
     /// An error line; `msg` starts with its error code (`ERR ...`).
     pub fn error(self, msg: &str) {
         let line = CString::new(msg.replace(['\0', '\r', '\n'], " "))
-            .unwrap_or_else(|_| CString::from(c"ERR tb: error"));
+            .or_else(|_| CString::new(errors::ERR_UNSENDABLE))
+            .unwrap_or_default();
         raw::reply_with_error(self.ctx, line.as_ptr());
     }
 

@@ -18,8 +18,8 @@ use super::datatype::{self, tb_type};
 use super::entry::{CmdError, Ctx, KeyName};
 use crate::bucket::{Bucket, Expiry};
 use crate::codec::wire;
+use crate::errors::{self, ERR_OOM};
 use crate::lease::{self, Delta, Leases};
-use crate::parse;
 
 /// Name of the internal command that sets a bucket's absolute state; it is
 /// what replicas and the AOF receive instead of the client's command.
@@ -56,9 +56,6 @@ pub struct BucketKey<'c, M> {
     written: Cell<bool>,
     _mode: PhantomData<M>,
 }
-
-/// Redis' reply to a write past `maxmemory`.
-const ERR_OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
 impl<'a> Ctx<'a> {
     /// Opens `name` for writing. WRONGTYPE if it holds something other than
@@ -302,7 +299,7 @@ impl<'c> BucketKey<'c, Write> {
     /// fit the leases the key holds.
     pub fn apply_delta(&self, b: &Bucket, d: &Delta, at_ms: i64) -> Result<(), CmdError> {
         if !self.leases.borrow_mut().apply(d) {
-            return Err(parse::ERR_DELTA.into());
+            return Err(errors::ERR_DELTA.into());
         }
         self.ctx.mark_effects();
         self.written.set(true);

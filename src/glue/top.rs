@@ -14,9 +14,8 @@ use crate::bucket::{ceil_ms, Kind, MultiOutcome, Outcome, NANOS};
 use crate::parse::TopMetric;
 use crate::topkeys::{Sketch, Summary};
 
-/// Keys each sketch monitors: every count is at most `total / CAPACITY`
-/// (0.4% of the total) too high.
-pub const CAPACITY: usize = 256;
+/// Keys each sketch monitors ([`crate::topkeys::TOP_CAPACITY`]).
+pub const CAPACITY: usize = crate::topkeys::TOP_CAPACITY;
 
 /// Time constant of the decay: a steady rate `r` reads as `r * 60 s`.
 pub const TAU_US: i64 = 60_000_000;

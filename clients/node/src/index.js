@@ -14,13 +14,24 @@ import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 
+import {
+  DEFAULT_MAX_WAIT_MS,
+  ERR_FLOW_NAME,
+  ERR_WAIT_EXCEEDS,
+  ERR_WEIGHT,
+  MAX_AMOUNT,
+  MAX_FLOW_NAME,
+  MAX_LEASE_ID,
+  MAX_WEIGHT,
+  MAX_WAIT_MS as MAX_WAIT_ARG_MS,
+} from './catalogue.js';
 import { connect } from './connection.js';
 
 /** Source of the Lua fallback (`tb.lua` in this package). */
 export const SCRIPT = readFileSync(new URL('./tb.lua', import.meta.url), 'utf8');
 
 /** Largest lease id (the module's and the Lua fallback's: 2^53 - 1). */
-const LUA_MAX_LEASE_ID = 2n ** 53n - 1n;
+const LUA_MAX_LEASE_ID = BigInt(MAX_LEASE_ID);
 
 /**
  * ARGV for the Lua fallback: the command name, then its arguments; before
@@ -39,10 +50,7 @@ function scriptTail(name, args) {
 /** SHA1 of {@link SCRIPT}, as EVALSHA takes it. */
 export const SCRIPT_SHA1 = createHash('sha1').update(SCRIPT).digest('hex');
 /** The longest wait the module accepts by default (`tb.max-wait-ms`). */
-export const DEFAULT_MAX_WAIT_MS = 60_000;
-
-const MAX_AMOUNT = 2 ** 53;
-const MAX_WAIT_ARG_MS = 86_400_000;
+export { DEFAULT_MAX_WAIT_MS };
 
 // ---------------------------------------------------------------------------
 // Errors
@@ -126,9 +134,14 @@ function isUnknownCommand(e) {
   return isReplyError(e) && /unknown command/i.test(String(e.message));
 }
 
+/** The module's error for a wait above `tb.max-wait-ms`, with the setting's value. */
+const MAX_WAIT_ERROR = new RegExp(
+  ERR_WAIT_EXCEEDS.slice(4).replace(/[.*+?^${}()|[\]\\]/g, '\\$&').replace('\\(\\{\\}\\)', '\\((\\d+)\\)'),
+);
+
 /** N from the server's `ERR wait exceeds tb.max-wait-ms (N)`, or null. */
 function maxWaitFrom(e) {
-  const m = /wait exceeds tb\.max-wait-ms \((\d+)\)/.exec(String(e?.message ?? ''));
+  const m = MAX_WAIT_ERROR.exec(String(e?.message ?? ''));
   return m ? Number(m[1]) : null;
 }
 
@@ -316,12 +329,6 @@ function waitArg(ms, what) {
   return Math.min(Math.floor(ms), MAX_WAIT_ARG_MS);
 }
 
-/** The server's errors for a bad FLOW or WEIGHT (the client checks them first). */
-const ERR_FLOW_NAME = 'ERR FLOW takes a name of 1 to 128 bytes';
-const ERR_WEIGHT = 'ERR WEIGHT takes an integer from 1 to 1000000, after FLOW name';
-const MAX_FLOW_BYTES = 128;
-const MAX_WEIGHT = 1_000_000;
-
 /**
  * `FLOW name [WEIGHT w]` (WEIGHT left out when 1), or nothing without a
  * flow; checked as the server checks them, before any round trip: a name
@@ -342,7 +349,7 @@ function flowArgs(flow, weight = 1) {
     throw new TypeError(`flow must be a string or a Buffer, not ${typeof flow}`);
   }
   const bytes = Buffer.isBuffer(flow) ? flow.length : Buffer.byteLength(flow);
-  if (bytes < 1 || bytes > MAX_FLOW_BYTES) throw new RangeError(ERR_FLOW_NAME);
+  if (bytes < 1 || bytes > MAX_FLOW_NAME) throw new RangeError(ERR_FLOW_NAME);
   if (!Number.isInteger(w) || w < 1 || w > MAX_WEIGHT) throw new RangeError(ERR_WEIGHT);
   return w === 1 ? ['FLOW', flow] : ['FLOW', flow, 'WEIGHT', String(w)];
 }

@@ -6,6 +6,7 @@
 module TbLimiter; end
 
 require_relative "tb_limiter/version"
+require_relative "tb_limiter/catalogue"
 require_relative "tb_limiter/rates"
 require_relative "tb_limiter/protocol"
 require_relative "tb_limiter/results"

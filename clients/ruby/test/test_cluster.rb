@@ -67,6 +67,9 @@ class ClusterTest < Minitest::Test
       end
       assert_equal 1, slot.info&.tokens&.to_i || 1, "released"
       assert lim.bucket("cl:r", rate: 10, capacity: 1).tap(&:consume).acquire(timeout: 1).allowed?
+      # A flow: on the module a wait on the key's node; on the fallback ignored.
+      assert lim.bucket("cl:f", rate: 10, capacity: 1).tap(&:consume).acquire(timeout: 1, flow: "t", weight: 2).allowed?
+      slot.lease(ttl: 30, timeout: 1, flow: "t") { |l| assert_operator l.id, :>, 0 }
     ensure
       redis&.close
     end

@@ -8,6 +8,7 @@ require_relative "helper"
 require "sidekiq"
 require "sidekiq/api"
 require "tb_limiter/sidekiq"
+require "connection_pool"
 
 class LimitedJob
   include Sidekiq::Worker
@@ -167,5 +168,149 @@ class SidekiqMiddlewareLuaTest < SidekiqMiddlewareTest
   def test_the_fallback_answers
     run_job(LimitedJob, job(LimitedJob, "x"))
     assert_equal :lua, @lim.backend
+  end
+end
+
+# Fair share: a job's flow (its tenant argument) and weight, from the job.
+class FlowJob
+  include Sidekiq::Worker
+  include TbLimiter::Sidekiq::Limited
+  tb_limit rate: "1/h", capacity: 2, key: "mw:flow", max_wait: 20,
+           flow: ->(job) { job["args"].first }, weight: ->(job) { job["args"][1] }
+end
+
+class ShortFlowJob
+  include Sidekiq::Worker
+  include TbLimiter::Sidekiq::Limited
+  tb_limit rate: "1/h", capacity: 2, key: "mw:flow", max_wait: 0.3, flow: "batch"
+end
+
+class FlowLeaseJob
+  include Sidekiq::Worker
+  include TbLimiter::Sidekiq::Limited
+  tb_lease key: "mw:fl:{x}", ttl: 30, max_wait: 20, flow: ->(job) { "t-#{job["args"].first}" },
+           parts: { inflight: { capacity: 1 } }
+end
+
+# Jobs of two tenants on one partner API of 50/s.
+class FairJob
+  include Sidekiq::Worker
+  include TbLimiter::Sidekiq::Limited
+  tb_limit rate: 50, capacity: 1, key: "mw:fair", max_wait: 10, flow: ->(job) { job["args"].first }
+end
+
+class SidekiqFlowTest < SidekiqMiddlewareTest
+  # The tests of this class only (the base class's run on their own).
+  def self.runnable_methods = SidekiqFlowTest.public_instance_methods(false).grep(/\Atest_/).map(&:to_s)
+
+  def setup
+    super
+    # Waiting jobs each hold a connection, as with Sidekiq's own pool.
+    @pool = ConnectionPool.new(size: 12) { self.class.server.client }
+    @lim = TbLimiter::Limiter.new(@pool)
+    TbLimiter::Sidekiq.limiter = @lim
+  end
+
+  def teardown
+    @pool.shutdown(&:close)
+    super
+  end
+
+  def mono = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+
+  def wait_until(what, seconds = 10)
+    deadline = mono + seconds
+    until (v = yield)
+      flunk "#{what} within #{seconds} s" if mono > deadline
+      sleep 0.01
+    end
+    v
+  end
+
+  def flow_bucket = @lim.bucket("mw:flow", rate: "1/h", capacity: 2)
+
+  def test_a_job_waits_in_its_tenants_flow_until_granted
+    assert flow_bucket.consume(2).allowed?
+    jobs = [job(FlowJob, "tenant-a", 3), job(FlowJob, 42, nil)]
+    runs = jobs.map { |j| Thread.new { run_job(FlowJob, j) } }
+    info = wait_until("both jobs waiting") { (i = flow_bucket.info) && i.waiting == 2 && i }
+    assert_equal [["42", 1, 1], ["tenant-a", 3, 1]], info.flows.map(&:to_a).sort, "the flow and weight of each job"
+    flow_bucket.refund(2)
+    assert_equal [true, true], runs.map(&:value), "each ran once granted"
+    assert_empty scheduled, "nothing re-scheduled"
+  end
+
+  # Worker threads run jobs of tenant A (9 threads) and B (3), each taking
+  # its next job as soon as one ran. While both wait the queue alternates
+  # the tenants (within a grant); B's 3 threads keep it waiting while one
+  # of them runs its job and comes back (20 ms between grants at 50/s).
+  # The allowance of 8 of 80 (10%) is for a thread of B that comes back
+  # later than that on a loaded machine.
+  def test_waiting_jobs_of_two_tenants_share_the_limit
+    order = Queue.new
+    stop = false
+    threads = [["A"] * 9, ["B"] * 3].flatten.map do |tenant|
+      Thread.new do
+        run_job(FairJob, job(FairJob, tenant)) { order << tenant } until stop
+      end
+    end
+    # 92 runs take 1.8 s at 50/s.
+    begin
+      seen = wait_until("92 jobs run", 30) { order.size >= 92 && Array.new(92) { order.pop } }.last(80)
+    ensure
+      stop = true
+      threads.each(&:join)
+    end
+    warn "  Sidekiq fair share: tenant B's jobs ran #{seen.count("B")} of #{seen.size} (A: 9 threads, B: 3)"
+    assert_in_delta 40, seen.count("B"), 8, "B's share while both wait: #{seen.join}"
+    assert_empty scheduled, "every job ran within its wait"
+  end
+
+  def test_a_job_whose_wait_runs_out_is_rescheduled_holding_nothing
+    assert flow_bucket.consume(2).allowed?
+    payload = job(ShortFlowJob)
+    t = mono
+    refute run_job(ShortFlowJob, payload)
+    assert_operator mono - t, :>=, 0.29, "waited in its flow's queue"
+    s = scheduled.first
+    assert_equal payload["jid"], s.jid
+    assert_nil s.item["tb_turn"], "holds no turn"
+    assert_equal 1, s.item["tb_reschedules"]
+    assert_equal 0, flow_bucket.info.tokens.floor, "no debt taken"
+  end
+
+  def test_a_leased_job_waits_in_its_flow_for_a_slot
+    slot = @lim.bucket("mw:fl:{x}:inflight", rate: 0, capacity: 1)
+    held = slot.lease(ttl: 30)
+    run = Thread.new { run_job(FlowLeaseJob, job(FlowLeaseJob, "a")) }
+    info = wait_until("the job waiting") { (i = slot.info) && i.waiting == 1 && i }
+    assert_equal [["t-a", 1, 1]], info.flows.map(&:to_a)
+    held.finish
+    assert run.value
+    assert_empty scheduled
+  end
+
+  def test_a_bad_flow_is_refused
+    e = assert_raises(ArgumentError) { Class.new(FlowJob) { tb_limit rate: 1, capacity: 1, key: "k", flow: "" } }
+    assert_equal TbLimiter::Protocol::ERR_FLOW_NAME, e.message
+    assert_raises(ArgumentError) { run_job(FlowJob, job(FlowJob, "a", 0)) }
+    assert_nil flow_bucket.info, "refused before any round trip"
+  end
+end
+
+# On the Lua fallback the flow is ignored: a job reserves and is
+# re-scheduled as without one.
+class SidekiqFlowLuaTest < SidekiqFlowTest
+  def self.with_module = false
+  def self.runnable_methods = SidekiqFlowLuaTest.public_instance_methods(false).grep(/\Atest_/).map(&:to_s)
+
+  def test_the_flow_is_ignored_and_the_job_reserves
+    assert run_job(FlowJob, job(FlowJob, "tenant-a"))
+    assert_equal :lua, @lim.backend
+    b = @lim.bucket("mw:flow", rate: "1/h", capacity: 2)
+    assert run_job(FlowJob, job(FlowJob, "tenant-b")), "a token left"
+    refute run_job(FlowJob, job(FlowJob, "tenant-a")), "the next is an hour away: re-scheduled, not waiting"
+    assert_nil scheduled.first.item["tb_turn"], "beyond the reach: nothing reserved"
+    assert_equal 0, b.info.tokens.floor
   end
 end

@@ -11,16 +11,21 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Union
 
+from ._catalogue import DEFAULT_MAX_WAIT_MS as DEFAULT_MAX_WAIT_MS
+from ._catalogue import ERR_FLOW_NAME as _FLOW_NAME_LINE
+from ._catalogue import ERR_WAIT_EXCEEDS, MAX_LEASE_ID
+from ._catalogue import ERR_WEIGHT as _WEIGHT_LINE
+from ._catalogue import MAX_FLOW_NAME as MAX_FLOW_NAME
+from ._catalogue import MAX_WEIGHT as MAX_WEIGHT
+
 #: Source of the Lua fallback (``tb.lua`` in this package).
 SCRIPT: str = resources.files(__package__).joinpath("tb.lua").read_text(encoding="utf-8")
 #: Its SHA-1, as ``EVALSHA`` takes it.
 SCRIPT_SHA: str = hashlib.sha1(SCRIPT.encode()).hexdigest()
 
-#: The longest wait the module accepts by default (``tb.max-wait-ms``), and
-#: the one the Lua fallback always accepts.
-DEFAULT_MAX_WAIT_MS = 60_000
-
-_MAX_WAIT = re.compile(r"wait exceeds tb\.max-wait-ms(?: \((\d+)\))?")
+#: The module's error for a wait above ``tb.max-wait-ms``, the setting's
+#: value in parentheses (older modules send none).
+_MAX_WAIT = re.compile(re.escape(ERR_WAIT_EXCEEDS[4:].replace(" ({})", "")) + r"(?: \((\d+)\))?")
 
 
 def amount_arg(n: int, what: str = "n") -> str:
@@ -41,14 +46,12 @@ def wait_ms(seconds: float) -> int:
 #: A flow's name as the calls take it (``flow=``): a tenant, a priority class.
 FlowName = Union[str, bytes]
 
-#: Longest flow name, in bytes (the module's ``MAX_FLOW_NAME``).
-MAX_FLOW_NAME = 128
-#: Largest flow weight (the module's ``MAX_WEIGHT``).
-MAX_WEIGHT = 1_000_000
-#: The module's error lines for a bad flow or weight, as redis-py shows them
-#: (without ``ERR``): the client raises them as ``ValueError`` before sending.
-ERR_FLOW_NAME = f"FLOW takes a name of 1 to {MAX_FLOW_NAME} bytes"
-ERR_WEIGHT = f"WEIGHT takes an integer from 1 to {MAX_WEIGHT}, after FLOW name"
+#: The module's error lines for a bad flow or weight (the longest name is
+#: ``MAX_FLOW_NAME`` bytes, the largest weight ``MAX_WEIGHT``), as redis-py
+#: shows them (without ``ERR``): the client raises them as ``ValueError``
+#: before sending.
+ERR_FLOW_NAME = _FLOW_NAME_LINE.removeprefix("ERR ")
+ERR_WEIGHT = _WEIGHT_LINE.removeprefix("ERR ")
 
 
 def flow_args(flow: FlowName | None, weight: int = 1) -> tuple[str | bytes, ...]:
@@ -100,7 +103,7 @@ class Call:
 
 
 #: Largest lease id (the module's and the Lua fallback's: 2^53 - 1).
-LUA_MAX_LEASE_ID = 2**53 - 1
+LUA_MAX_LEASE_ID = MAX_LEASE_ID
 
 
 def is_unknown_command(error: BaseException) -> bool:

@@ -20,6 +20,8 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Union
 
+from ._catalogue import MAX_RATE_DEN
+
 #: A rate as the commands take it: ``"10"``, ``"0.5"``, ``"100/m"``, a
 #: number, or a ``limits``-style string such as ``"100/minute"``.
 RateLike = Union[str, int, float, Decimal, Fraction]
@@ -39,7 +41,7 @@ _LIMIT = re.compile(
 )
 _SEPARATORS = re.compile(r"[,;|]")
 #: The largest denominator of a rate's reduced fraction the module accepts.
-_MAX_RATE_DEN = 2**40
+_MAX_RATE_DEN = MAX_RATE_DEN
 #: The module's units, widest first (the exact spelling with the largest unit
 #: is the shortest).
 _MODULE_UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))

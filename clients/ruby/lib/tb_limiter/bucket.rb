@@ -42,13 +42,27 @@ module TbLimiter
     # then sleeps on the client (an exception during the sleep gives the
     # tokens back). Raises RateLimited at once when the wait would be longer
     # than `timeout` or the request can never succeed.
-    def acquire(n = 1, timeout: nil) = limiter.acquire_target(Single.new(self, n), timeout)
+    #
+    # With `flow:` (a String of 1 to 128 bytes: a tenant, a priority class)
+    # and `weight:` (an Integer from 1 to 1,000,000, default 1) it waits on
+    # the server instead, in the bucket's queue, taking nothing until
+    # granted: while several flows wait, grants go to them in proportion to
+    # their weights, first come first served within a flow (fair share).
+    # The connection is held meanwhile (see #block). Raises RateLimited when
+    # `timeout` runs out. On the Lua fallback, which cannot hold a reply,
+    # the flow is ignored: it reserves as without one.
+    def acquire(n = 1, timeout: nil, flow: nil, weight: nil)
+      target = Single.new(self, n)
+      limiter.in_flow(target, timeout, Protocol.flow_args(flow, weight)) { limiter.acquire_target(target, timeout) }
+    end
 
     # Waits on the server (BLOCK): one round trip, woken at the exact time,
     # first come first served; the connection is held meanwhile (pass a
     # ConnectionPool as the limiter's client when other threads share it).
-    # On the Lua fallback, which cannot hold a reply, it is #acquire.
-    def block(n = 1, timeout: nil)
+    # On the Lua fallback, which cannot hold a reply, it is #acquire. With
+    # `flow:` and `weight:` it is #acquire with them.
+    def block(n = 1, timeout: nil, flow: nil, weight: nil)
+      return acquire(n, timeout: timeout, flow: flow, weight: weight) unless Protocol.flow_args(flow, weight).empty?
       return acquire(n, timeout: timeout) if limiter.backend == :lua
 
       target = Single.new(self, n)
@@ -80,8 +94,11 @@ module TbLimiter
     # A lease of `n` tokens (a slot of a concurrency limit: a bucket with
     # rate 0; or a token estimate) for `ttl` seconds; see Limiter#lease_many
     # for the block form and its failure semantics.
-    def lease(n = 1, ttl:, timeout: nil, not_sent: [], &block)
-      limiter.lease_many([[self, n]], ttl: { 0 => ttl }, timeout: timeout, not_sent: not_sent, &block)
+    # With `flow:` and `weight:` it waits in the bucket's queue on the
+    # server instead of polling (see #acquire).
+    def lease(n = 1, ttl:, timeout: nil, not_sent: [], flow: nil, weight: nil, &block)
+      limiter.lease_many([[self, n]], ttl: { 0 => ttl }, timeout: timeout, not_sent: not_sent,
+                                      flow: flow, weight: weight, &block)
     end
 
     # TB.RELEASE: the tokens that actually went back, or nil when the lease
@@ -118,7 +135,9 @@ module TbLimiter
     def consume(n = 1) = limiter.consume_many(parts(n))
     def peek = consume(0)
     def reserve(n = 1, max_wait: nil) = limiter.consume_many(parts(n), max_wait: max_wait, reserve: true)
-    def acquire(n = 1, timeout: nil) = limiter.acquire_many(parts(n), timeout: timeout)
+    def acquire(n = 1, timeout: nil, flow: nil, weight: nil)
+      limiter.acquire_many(parts(n), timeout: timeout, flow: flow, weight: weight)
+    end
     def refund(n) = buckets.each { _1.refund(n) }
 
     private

@@ -64,7 +64,17 @@ module TbLimiter
     # (default: as long as the server lets a reservation reach): one
     # reservation, one sleep on the client. Raises RateLimited when that is
     # not enough.
-    def acquire_many(parts, timeout: nil) = acquire_target(Many.new(parts.to_a), timeout)
+    #
+    # With `flow:` (a String of 1 to 128 bytes: a tenant, a priority class)
+    # and `weight:` (1 to 1,000,000, default 1) the call waits on the
+    # server instead, in the queue of the bucket that makes it wait, and
+    # takes nothing until granted: while several flows wait, grants go to
+    # them in proportion to their weights (fair share; see #wait_in_flow).
+    # On the Lua fallback the flow is ignored (it reserves as without).
+    def acquire_many(parts, timeout: nil, flow: nil, weight: nil)
+      target = Many.new(parts.to_a)
+      in_flow(target, timeout, Protocol.flow_args(flow, weight)) { acquire_target(target, timeout) }
+    end
 
     # One all-or-nothing TB.MCONSUME whose parts `ttl` names (index from 0:
     # TTL in seconds) are leased. A leased part of a bucket with rate 0 is
@@ -81,12 +91,25 @@ module TbLimiter
     # unless the exception is a NotSent (or has one as its cause), or one of
     # the `not_sent` classes: then everything is given back. Without a
     # block, returns the Lease (call finish, failed or give_back).
-    def lease_many(parts, ttl:, timeout: nil, not_sent: [], &block)
+    #
+    # With `flow:` and `weight:` (as for #acquire_many) the call waits on
+    # the server, in its flow's queue, instead of polling (on the Lua
+    # fallback the flow is ignored and the call polls).
+    def lease_many(parts, ttl:, timeout: nil, not_sent: [], flow: nil, weight: nil, &block)
+      lease_within(parts, ttl, timeout, timeout, not_sent, Protocol.flow_args(flow, weight), &block)
+    end
+
+    # @private #lease_many with the wait in the flow's queue (`wait`) and
+    # the polling without one (`poll_for`) timed apart: the Sidekiq
+    # middleware waits in the queue but never polls.
+    def lease_within(parts, ttl, wait, poll_for, not_sent, flow, &block)
       parts = parts.to_a
       ttl_ms = ttl.to_h { |j, t| [Integer(j), Protocol.lease_ttl_ms(t)] }
-      call = Calls.mconsume(parts, nil, leases: ttl_ms.to_h { |j, ms| [j, [ms, estimate_part?(parts[j][0])]] })
-      name = parts.map { _1[0].key }.join(",")
-      result = poll(name, timeout) { MultiResult.from_reply(execute(call), leases: true) }
+      target = Leases.new(parts, ttl_ms.to_h { |j, ms| [j, [ms, estimate_part?(parts[j][0])]] })
+      result = in_flow(target, wait, flow) do
+        call = target.call
+        poll(target.name, poll_for) { target.result(execute(call)) }
+      end
       Lease.new(self, parts, result.lease_ids, result, not_sent).run(&block)
     end
 
@@ -210,6 +233,57 @@ module TbLimiter
       end
     end
 
+    # @private With a flow (Protocol.flow_args, not empty) and the module
+    # (or no backend known yet), #wait_in_flow; otherwise, or when the first
+    # call finds no module, the block (the call without a flow: the Lua
+    # fallback cannot hold a reply, so it ignores the flow).
+    def in_flow(target, timeout, flow)
+      if !flow.empty? && @backend != :lua
+        begin
+          return wait_in_flow(target, timeout, flow)
+        rescue StandardError => e
+          raise unless @backend.nil? && Protocol.unknown_command?(e)
+
+          @backend = :lua
+        end
+      end
+      yield
+    end
+
+    # @private Waits on the server in the flow's queue (`BLOCK ms FLOW name
+    # [WEIGHT w]`) until granted, for at most `timeout` seconds (nil: as
+    # long as the server lets one wait reach, tb.max-wait-ms); then raises
+    # RateLimited. A timeout longer than the server's longest wait is
+    # waited in several calls. The connection is held meanwhile, its read
+    # timeout extended by the wait (#raw_blocking). A call the server
+    # answers before its wait ran out (past its bounds on waiting clients)
+    # pauses until the tokens are due, then asks again.
+    def wait_in_flow(target, timeout, flow)
+      start = now
+      budget = timeout.nil? ? reach_ms(nil) : Protocol.wait_ms(timeout) # ms from start
+      loop do
+        asked = now
+        spent = ((asked - start) * 1000).floor
+        reply, used = with_wait([budget - spent, 0].max) do |m|
+          raw_blocking(m / 1000.0, *target.block_call(m, flow).module_args)
+        end
+        proved(:module)
+        r = target.result(reply)
+        if r.allowed?
+          # Answered as RESERVE would (a plain BLOCK past the server's
+          # bounds): the tokens are taken, due after retry_after.
+          sleep_or_give_back(r.retry_after, target.taken(r)) if r.retry_after_ms.positive?
+          return r
+        end
+        budget = [budget, spent + used].min if timeout.nil? # the server's longest wait, once known
+        rest = budget / 1000.0 - (now - start)
+        raise RateLimited.new(target.name, r) if r.never? || rest < 0.001
+
+        early = used / 1000.0 - (now - asked)
+        sleep([[r.retry_after, rest, early].min, 0.001].max) if early > 0.001
+      end
+    end
+
     # @private Polls `yield` (a lease attempt) until allowed, backing off.
     def poll(name, timeout)
       deadline = timeout && now + timeout
@@ -261,9 +335,11 @@ module TbLimiter
     end
   end
 
-  # @private TB.CONSUME on one bucket, as a reservation target.
+  # @private TB.CONSUME on one bucket, as a reservation target (`call`) or
+  # a call waiting in a flow's queue (`block_call`).
   Single = Struct.new(:bucket, :n) do
     def call(ms) = Calls.consume(bucket, n, reserve: ms)
+    def block_call(ms, flow) = Calls.consume(bucket, n, block: ms, flow: flow)
     def result(reply) = Result.from_reply(reply)
     def taken(r) = r.allowed? ? [[bucket, r.granted]] : []
     def name = bucket.key.to_s
@@ -272,8 +348,19 @@ module TbLimiter
   # @private TB.MCONSUME on several buckets, all or nothing.
   Many = Struct.new(:parts) do
     def call(ms) = Calls.mconsume(parts, ms)
+    def block_call(ms, flow) = Calls.mconsume(parts, nil, block: ms, flow: flow)
     def result(reply) = MultiResult.from_reply(reply)
     def taken(r) = r.allowed? ? parts : []
+    def name = parts.map { _1[0].key }.join(",")
+  end
+
+  # @private TB.MCONSUME with leased parts ({part => [ttl_ms, keep]}).
+  Leases = Struct.new(:parts, :leases) do
+    def call = Calls.mconsume(parts, nil, leases: leases)
+    def block_call(ms, flow) = Calls.mconsume(parts, nil, leases: leases, block: ms, flow: flow)
+    def result(reply) = MultiResult.from_reply(reply, leases: true)
+    # A lease is never answered as a reservation: nothing to give back.
+    def taken(_r) = []
     def name = parts.map { _1[0].key }.join(",")
   end
 end

@@ -14,10 +14,18 @@ module TbLimiter
     SCRIPT_SHA = Digest::SHA1.hexdigest(SCRIPT).freeze
     # The longest wait the module accepts by default (tb.max-wait-ms), and
     # the one the Lua fallback always accepts.
-    DEFAULT_MAX_WAIT_MS = 60_000
-    MAX_WAIT = /wait exceeds tb\.max-wait-ms(?: \((\d+)\))?/.freeze
+    DEFAULT_MAX_WAIT_MS = Catalogue::DEFAULT_MAX_WAIT_MS
+    # The module's error for a wait above tb.max-wait-ms, the setting's value
+    # in parentheses (older modules send none).
+    MAX_WAIT = /#{Regexp.escape(Catalogue::ERR_WAIT_EXCEEDS.delete_prefix("ERR ").sub(" ({})", ""))}(?: \((\d+)\))?/.freeze
     # Largest lease id (the module's and the Lua fallback's: 2^53 - 1).
-    LUA_MAX_LEASE_ID = 2**53 - 1
+    LUA_MAX_LEASE_ID = Catalogue::MAX_LEASE_ID
+    # A flow's name: 1 to this many bytes; its weight: 1 to MAX_WEIGHT.
+    MAX_FLOW_NAME = Catalogue::MAX_FLOW_NAME
+    MAX_WEIGHT = Catalogue::MAX_WEIGHT
+    # The server's errors for a bad FLOW name or WEIGHT (checked here first).
+    ERR_FLOW_NAME = Catalogue::ERR_FLOW_NAME
+    ERR_WEIGHT = Catalogue::ERR_WEIGHT
 
     # One command: its name, its keys and its other arguments, in the order
     # the module takes them.
@@ -69,6 +77,23 @@ module TbLimiter
       raise ArgumentError, "a lease TTL must be at least 1 ms, got #{ttl.inspect} s" if ms < 1
 
       ms
+    end
+
+    # `FLOW name [WEIGHT w]` (WEIGHT left out when 1), or [] without a flow;
+    # checked as the server checks it, before any round trip: a bad name or
+    # weight is an ArgumentError with the server's own error line.
+    def flow_args(flow, weight)
+      if flow.nil?
+        raise ArgumentError, ERR_WEIGHT unless weight.nil?
+
+        return []
+      end
+      raise TypeError, "flow must be a String, not a #{flow.class}" unless flow.is_a?(String)
+      raise ArgumentError, ERR_FLOW_NAME unless flow.bytesize.between?(1, MAX_FLOW_NAME)
+      return ["FLOW", flow] if weight.nil? || weight == 1
+      raise ArgumentError, ERR_WEIGHT unless weight.is_a?(Integer) && weight.between?(1, MAX_WEIGHT)
+
+      ["FLOW", flow, "WEIGHT", weight.to_s]
     end
 
     # The server's reply to a command it does not know, or a cluster

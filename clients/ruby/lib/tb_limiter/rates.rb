@@ -19,7 +19,7 @@ module TbLimiter
     }.freeze
     LIMIT = /\A\s*([0-9]+)\s*(?:\/|\s+per\s+|per)\s*([0-9]+)?\s*(second|minute|hour|day|month|year)s?\s*\z/i.freeze
     # The largest denominator of a rate's reduced fraction the module accepts.
-    MAX_RATE_DEN = 2**40
+    MAX_RATE_DEN = Catalogue::MAX_RATE_DEN
     # The module's units, widest first.
     MODULE_UNITS = [["d", 86_400], ["h", 3600], ["m", 60], ["s", 1]].freeze
 

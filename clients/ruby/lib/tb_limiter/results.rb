@@ -74,14 +74,23 @@ module TbLimiter
     def reply = [allowed ? 1 : 0, retry_after_ms, *remaining, *granted, *lease_ids]
   end
 
-  # The reply of TB.INFO: the bucket as of now (read-only).
-  BucketInfo = Struct.new(:tokens, :capacity, :rate, :updated_at_ms, :reset_after_ms, :ttl_ms) do
+  # A flow waiting on a bucket (BucketInfo#flows): its name, its weight and
+  # how many of its calls wait.
+  FlowInfo = Struct.new(:name, :weight, :waiting)
+
+  # The reply of TB.INFO: the bucket as of now (read-only). `waiting`: the
+  # calls waiting in its queue on the server (0 when none); `flows`: the
+  # FlowInfo of each flow waiting, in the order they are served next (the
+  # default flow of calls that wait without one is named "").
+  BucketInfo = Struct.new(:tokens, :capacity, :rate, :updated_at_ms, :reset_after_ms, :ttl_ms, :waiting, :flows) do
     # From the flat field/value array (or a Hash, as RESP3 clients give).
     def self.from_reply(reply)
       pairs = reply.is_a?(Hash) ? reply.to_a : reply.each_slice(2).to_a
-      f = pairs.to_h { |k, v| [k.to_s, v.to_s] }
+      f = pairs.to_h { |k, v| [k.to_s, v.is_a?(Array) ? v : v.to_s] }
+      flows = f.fetch("waiting_flows", []).each_slice(3).map { |n, w, c| FlowInfo.new(n.to_s, Integer(w), Integer(c)) }
       new(BigDecimal(f.fetch("tokens")), Integer(f.fetch("capacity")), BigDecimal(f.fetch("rate")),
-          Integer(f.fetch("updated_at_ms")), Integer(f.fetch("reset_after_ms")), Integer(f.fetch("ttl_ms")))
+          Integer(f.fetch("updated_at_ms")), Integer(f.fetch("reset_after_ms")), Integer(f.fetch("ttl_ms")),
+          Integer(f.fetch("waiting", "0")), flows)
     end
   end
 end

@@ -45,6 +45,20 @@ module TbLimiter
   # job's body runs with the Lease (TbLimiter::Sidekiq.lease; report the
   # use with `tb_used(:tpm, n)`), settled on the way out with the
   # contract's failure semantics (see Limiter#lease_many).
+  #
+  # Fair share: `flow:` (a String, or a proc of the job hash such as
+  # `->(job) { job["args"].first }` for a tenant argument; nil: no flow;
+  # other values are turned into Strings) and `weight:` (an Integer, or a
+  # proc of the job hash). A job with a flow does not reserve: it waits in
+  # the worker thread, on the server, in its flow's queue of the bucket
+  # (at most `max_wait` seconds, default the server's tb.max-wait-ms), and
+  # takes nothing until granted; while jobs of several flows wait, grants go
+  # to the flows in proportion to their weights, so one tenant's backlog
+  # cannot starve the others. A job whose wait runs out holds nothing and is
+  # re-scheduled to ask again when its tokens are due. Each waiting job
+  # holds a worker thread (and a connection of the limiter's pool: give the
+  # pool at least the concurrency). On the Lua fallback, which cannot hold a
+  # reply, the flow is ignored: jobs reserve and re-schedule as without it.
   module Sidekiq
     # Payload fields the middleware keeps in a re-scheduled job.
     TURN = "tb_turn"
@@ -111,7 +125,7 @@ module TbLimiter
 
     # A limit of a job class or queue: a bucket reservation, or leases.
     class Spec
-      attr_reader :key, :n, :options
+      attr_reader :key, :n, :options, :flow, :weight
 
       def self.build(options)
         options = options.dup
@@ -131,15 +145,37 @@ module TbLimiter
       end
 
       def self.amount(n, args) = n.respond_to?(:call) ? Integer(n.call(*args)) : n
+
+      # `FLOW name [WEIGHT w]` for a job (Protocol.flow_args), [] without a
+      # flow.
+      def flow_for(job)
+        f = @flow.respond_to?(:call) ? @flow.call(job) : @flow
+        return [] if f.nil?
+
+        w = @weight.respond_to?(:call) ? @weight.call(job) : @weight
+        Protocol.flow_args(f.is_a?(String) ? f : f.to_s, w)
+      end
+
+      private
+
+      # Keeps the flow options, checking fixed values now (a bad one is
+      # refused when the class is loaded, not at its first job).
+      def fair(flow, weight)
+        raise ArgumentError, "weight: goes with flow:" if flow.nil? && !weight.nil?
+
+        @flow, @weight = flow, weight
+        Protocol.flow_args(flow, weight.respond_to?(:call) ? nil : weight) if flow.is_a?(String)
+      end
     end
 
     # tb_limit: one bucket, reserved.
     class BucketSpec < Spec
       attr_reader :rate, :capacity, :max_wait, :late
 
-      def initialize(key:, rate:, capacity: nil, n: 1, max_wait: nil, late: nil)
+      def initialize(key:, rate:, capacity: nil, n: 1, max_wait: nil, late: nil, flow: nil, weight: nil)
         super()
         @key, @n, @rate, @capacity, @max_wait = key, n, rate, capacity, max_wait
+        fair(flow, weight)
         per_second = Rates.per_second(Rates.rate_arg(rate))
         # Late by less than a quarter of a token's time: a call never lands
         # in another token's window.
@@ -153,11 +189,12 @@ module TbLimiter
     # {rate:, capacity:, n:, lease: true/false} (a part without a rate is an
     # in-flight slot: rate 0, leased).
     class LeaseSpec < Spec
-      attr_reader :parts, :ttl, :not_sent
+      attr_reader :parts, :ttl, :not_sent, :max_wait
 
-      def initialize(key:, parts:, ttl:, not_sent: [])
+      def initialize(key:, parts:, ttl:, not_sent: [], flow: nil, weight: nil, max_wait: nil)
         super()
-        @key, @ttl, @not_sent = key, ttl, not_sent
+        @key, @ttl, @not_sent, @max_wait = key, ttl, not_sent, max_wait
+        fair(flow, weight)
         @parts = parts.map do |name, o|
           slot = !o.key?(:rate)
           { name: name.to_sym, rate: o.fetch(:rate, 0), capacity: o[:capacity], n: o.fetch(:n, 1),
@@ -186,7 +223,9 @@ module TbLimiter
       module ClassMethods
         # A token bucket for this job class: `rate:`, `capacity:`, `key:` (a
         # String or a lambda of the job's arguments), `n:` (tokens per job,
-        # or a lambda), `max_wait:` (how far ahead to reserve), `late:`.
+        # or a lambda), `max_wait:` (how far ahead to reserve, or how long a
+        # job with a flow waits), `late:`, `flow:` and `weight:` (fair
+        # share: a String or Integer, or a proc of the job hash).
         def tb_limit(**options)
           @tb_spec = BucketSpec.new(**options)
         end
@@ -197,7 +236,8 @@ module TbLimiter
         # "40000/m", capacity: 40000, n: ->(*args) { estimate }},
         # inflight: {capacity: 4}}), `ttl:` (seconds a lease lives if its
         # process dies), `not_sent:` (exception classes that mean the call
-        # never left).
+        # never left), `flow:`, `weight:` and `max_wait:` (fair share, as for
+        # tb_limit).
         def tb_lease(**options)
           @tb_spec = LeaseSpec.new(**options)
         end
@@ -234,10 +274,12 @@ module TbLimiter
       def limiter = Sidekiq.limiter
       def now = Time.now.to_f
 
-      def reserved(spec, job, args)
+      def reserved(spec, job, args, &block)
         bucket = spec.bucket(limiter, args)
         n = Spec.amount(spec.n, args)
         turn = job[TURN]
+        return if turn.nil? && in_flow(spec, job, bucket, n, &block)
+
         held = !turn.nil? # a re-scheduled job holds its turn's tokens
         loop do
           if turn.nil?
@@ -262,6 +304,25 @@ module TbLimiter
         end
       end
 
+      # A job with a flow, on the module: waits in its flow's queue, then
+      # runs, or is re-scheduled holding nothing when its wait runs out.
+      # False (nothing done) without a flow or on the Lua fallback.
+      def in_flow(spec, job, bucket, n)
+        flow = spec.flow_for(job)
+        return false if flow.empty?
+
+        begin
+          return false unless limiter.in_flow(Single.new(bucket, n), spec.max_wait, flow) { nil }
+        rescue RateLimited => e
+          raise if e.result.never?
+
+          reschedule(job, now + [e.retry_after, 0.001].max, nil)
+          return true
+        end
+        yield
+        true
+      end
+
       # A turn (wall-clock seconds) due within the lead, or nil after the
       # job was re-scheduled.
       def reserve(spec, bucket, n, job)
@@ -283,8 +344,10 @@ module TbLimiter
 
       def leased(spec, job, args, &block)
         items = spec.items(limiter, args)
+        flow = spec.flow_for(job)
         begin
-          lease = limiter.lease_many(items, ttl: spec.ttl_map, timeout: 0, not_sent: spec.not_sent)
+          # With a flow: wait in its queue (on the module); never poll.
+          lease = limiter.lease_within(items, spec.ttl_map, spec.max_wait, 0, spec.not_sent, flow)
         rescue RateLimited => e
           raise if e.result.never?
 

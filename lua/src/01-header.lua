@@ -1,0 +1,47 @@
+-- tb.lua: the tb module's TB.CONSUME, TB.MCONSUME, TB.REFUND and TB.INFO as
+-- one Redis script, for servers that cannot load modules. It mirrors
+-- src/bucket.rs and src/parse.rs of the module: same arguments, same errors,
+-- same replies, same lazy refill against the server's TIME.
+--
+-- Call: EVALSHA sha numkeys key [key ...] command arg [arg ...]
+--   command TB.CONSUME  : KEYS[1];        args: rate capacity [n] [RESERVE ms | BLOCK ms] [ATMOST [MIN chunk]]
+--   command TB.MCONSUME : KEYS[1..k];     args: rate capacity n [rate capacity n ...] [RESERVE ms | ATMOST [MIN chunk]]
+--   command TB.REFUND   : KEYS[1];        args: n
+--   command TB.RELEASE  : KEYS[1];        args: lease-id [USED n]
+--   command TB.INFO     : KEYS[1];        no args
+-- (TB.CONSUME also takes LEASE ttl-ms [KEEP], TB.MCONSUME LEASE part ttl-ms [KEEP].)
+--
+-- Lease ids: the module draws them from the server's CSPRNG, from 1 to
+-- 2^53 - 1 (src/lease.rs MAX_ID); a script cannot
+-- draw secure randomness, so the caller passes it in. A call that may grant
+-- a lease starts its arguments with LEASE-SEED r before the command:
+--   EVALSHA sha numkeys key [key ...] LEASE-SEED r command arg [arg ...]
+-- with r a random integer from 1 to 2^53 - 1 drawn by the client from a
+-- CSPRNG, the module's range. The leases of one call take
+-- the ids r, r + 1, ... in key order (wrapping within 1 .. 2^53 - 1),
+-- skipping any id the key holds. A lease granted without LEASE-SEED is an
+-- error (ERR_LEASE_SEED), so a caller that forgot it never gets a guessable id.
+--
+-- State: a hash per bucket with integer fields w (whole tokens, negative while
+-- reservations hold the bucket in debt), f (nano-tokens, 0 to 999999999),
+-- t (server time in microseconds at which w * 1e9 + f nano-tokens is the
+-- exact level), rn and rd (the rate as a reduced fraction rn/rd tokens per
+-- second) and c (capacity): exactly the module's state. A bucket that handed
+-- out leases (src/lease.rs) also has l (the leases held: "id,n,expires_us,keep"
+-- joined by ";", by expiry, keep 1 for KEEP; states written before KEEP
+-- have li, the last id, and "id,n,expires_us" by id, still read). Like the module, a
+-- write settles refill only up to the last instant at which it is a whole
+-- number of nano-tokens, so nothing is ever rounded away.
+--
+-- Lua numbers are doubles, exact for integers up to 2^53. Every product or
+-- quotient that can go beyond (refill = elapsed * rn * 1000 / rd, waits =
+-- nano-tokens * rd / (rn * 1000), rate parsing) runs on the small exact
+-- bignum below, so results match the module's 128-bit arithmetic. What
+-- cannot match: a reply or stored value beyond 2^53 (a wait over 285,000
+-- years that is not clamped, or a debt of more than 2^53 tokens), and BLOCK,
+-- which a script cannot do (it answers the module's error for scripts).
+
+if redis.replicate_commands then
+  -- Redis < 7: replicate the writes, not the script, since it reads TIME.
+  redis.replicate_commands()
+end
