@@ -612,6 +612,11 @@ pub struct Part {
 /// The result of [`consume_all`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MultiOutcome {
+    /// What happened: [`Kind::Allowed`] (every share now),
+    /// [`Kind::Reserved`] (into debt, with a wait), [`Kind::Denied`] (would
+    /// succeed later) or [`Kind::Never`]. A multi-bucket call is never a
+    /// [`Kind::Peek`], even when every part is one.
+    pub kind: Kind,
     /// Whether every bucket gave its share (now or, with a reservation, later).
     pub allowed: bool,
     /// 0 when allowed now; otherwise the wait in ms until all would succeed
@@ -679,12 +684,15 @@ pub fn consume_all(parts: &[Part], mode: Mode, now_us: i64) -> MultiOutcome {
         buckets.push(b);
         dirty.push(changed);
     }
-    let (allowed, retry_after_ms) = match (wait, mode) {
-        (None, _) => (false, -1),
-        (Some(0), _) => (true, 0),
-        (Some(w), Mode::Reserve { max_wait_us }) if w <= max_wait_us => (true, ceil_ms(w)),
-        (Some(w), _) => (false, ceil_ms(w)),
+    let (kind, retry_after_ms) = match (wait, mode) {
+        (None, _) => (Kind::Never, -1),
+        (Some(0), _) => (Kind::Allowed, 0),
+        (Some(w), Mode::Reserve { max_wait_us }) if w <= max_wait_us => {
+            (Kind::Reserved, ceil_ms(w))
+        }
+        (Some(w), _) => (Kind::Denied, ceil_ms(w)),
     };
+    let allowed = matches!(kind, Kind::Allowed | Kind::Reserved);
     let granted = match (allowed, mode) {
         (false, _) => 0,
         (true, Mode::AtMost { .. }) => share,
@@ -706,6 +714,7 @@ pub fn consume_all(parts: &[Part], mode: Mode, now_us: i64) -> MultiOutcome {
     }
     let remaining = buckets.iter().map(|b| b.whole_tokens(now_us)).collect();
     MultiOutcome {
+        kind,
         allowed,
         retry_after_ms,
         granted,

@@ -5,6 +5,8 @@
 //!   encodings and argument parsing ([`errors`]: every error line they and
 //!   the handlers answer), no Redis types, unit-tested with an
 //!   injected clock; [`cell`]: `CL.THROTTLE`'s redis-cell reply;
+//! - [`decide`]: what a consume call does to the stored state (bucket and
+//!   leases) and what it answers, pure as well;
 //! - [`topkeys`]: the heavy-hitter sketch behind `TB.TOP`, pure as well;
 //! - [`waitq`]: the first-come-first-served queue of calls waiting for
 //!   leases, pure; [`fair`]: a weighted fair share among flows waiting on a
@@ -18,6 +20,7 @@
 pub mod bucket;
 pub mod cell;
 pub mod codec;
+pub mod decide;
 pub mod errors;
 pub mod fair;
 pub mod lease;

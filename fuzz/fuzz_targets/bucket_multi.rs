@@ -7,7 +7,8 @@
 //! bucket's tokens changed); the decision agrees with asking each bucket
 //! alone (a part with `n = 0` asks for one token and takes none); a
 //! denial's `retry_after_ms` is honest, also after a clock step back;
-//! tokens never exceed capacity, debt never exceeds what the wait allows,
+//! the kind agrees with the reply; tokens never exceed capacity, debt
+//! never exceeds what the wait allows,
 //! and every key's ledger (see `sim.rs`) shows nothing minted.
 
 #![no_main]
@@ -19,7 +20,7 @@ mod sim;
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use sim::{wait_ms, Key, RawAmount, RawBucket, RawLimits, Step};
-use tb::bucket::{self, Bucket, Mode, Part, NANOS};
+use tb::bucket::{self, Bucket, Kind, Mode, Part, NANOS};
 
 #[derive(Arbitrary, Debug)]
 struct RawPart {
@@ -145,12 +146,22 @@ fuzz_target!(|input: Input| {
             });
         }
         if let (Some(m), true) = (least, o.allowed) {
-            assert_eq!(o.granted, share, "the grant is what every quantity part has");
+            assert_eq!(
+                o.granted, share,
+                "the grant is what every quantity part has"
+            );
             assert!(o.granted >= m && o.granted <= big, "{o:?}");
         }
         let slowest = waits.iter().try_fold(0u64, |a, w| w.map(|w| a.max(w)));
         let expect_allowed = slowest.is_some_and(|w| w == 0 || w <= max_wait_us);
         assert_eq!(o.allowed, expect_allowed, "{waits:?} -> {o:?}");
+        let kind = match (o.allowed, slowest) {
+            (true, Some(0)) => Kind::Allowed,
+            (true, _) => Kind::Reserved,
+            (false, None) => Kind::Never,
+            (false, Some(_)) => Kind::Denied,
+        };
+        assert_eq!(o.kind, kind, "the kind says what the reply says");
         match slowest {
             None => assert_eq!(o.retry_after_ms, -1),
             Some(w) => assert_eq!(o.retry_after_ms, bucket::ceil_ms(w)),

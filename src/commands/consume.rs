@@ -11,14 +11,13 @@
 //! Reply: `[allowed, remaining, retry_after_ms, reset_after_ms, granted]`,
 //! and with `LEASE` a sixth element, the lease id (0 when denied).
 
-use crate::bucket::{self, Kind, Mode};
-use crate::errors::{self, ERR_CANNOT_BLOCK};
+use crate::decide::{self, ConsumeRequest, Decision, Serve};
+use crate::errors::ERR_CANNOT_BLOCK;
 use crate::glue::command::{block, integer, key, one_of, pure_token, string, Access, Arity};
 use crate::glue::command::{Arg, Command, Keys, Spec};
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
 use crate::glue::{blocking, clock, config, lease_wait, random, stats, top};
-use crate::lease;
-use crate::parse::{self, Wait};
+use crate::parse;
 
 /// `TB.CONSUME`.
 pub struct Consume;
@@ -81,114 +80,45 @@ pub const ATMOST_ARGS: &[Arg] = &[
 
 fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let a = parse::consume_args(args)?;
-    let opts = a.options;
-    if let (true, Wait::Block(ms)) = (a.lease_ttl_ms.is_some() || a.flow.is_some(), opts.wait) {
-        check_block(ctx, ms)?;
-        let now = |c: &Ctx| queued_now(c, args, &a);
+    let (req, serve) = ConsumeRequest::of(&a);
+    decide::check_wait(decide::wait_ms(a.options.wait), config::max_wait_ms())
+        .map_err(CmdError::Owned)?;
+    if serve != Serve::Now && !blocking::can_block(ctx) {
+        return Err(ERR_CANNOT_BLOCK.into());
+    }
+    if let Serve::Queue(ms) = serve {
+        let now = |c: &Ctx| Ok(queue_try(take(c, args, &req)?.answer()));
         let asks = lease_wait::Queued {
             keys: 1..2,
-            costs: vec![opts.n],
+            costs: vec![req.n],
             flow: a.flow,
         };
         return lease_wait::wait(ctx, args, ms, asks, c"tb.consume", queued_try, &now);
     }
-    let mode = match opts.wait {
-        Wait::No if opts.atmost => Mode::AtMost {
-            min: opts.min.unwrap_or(1),
-        },
-        Wait::No => Mode::All,
-        Wait::Reserve(ms) | Wait::Block(ms) => Mode::Reserve {
-            max_wait_us: ms * 1000,
-        },
-    };
-    let block = match opts.wait {
-        Wait::Reserve(ms) => check_wait(ms).map(|()| false)?,
-        Wait::Block(ms) => check_block(ctx, ms).map(|()| true)?,
-        Wait::No => false,
-    };
-    let (o, lease_id) = take(ctx, args, &a, mode)?;
-    let reply = [
-        i64::from(o.allowed()),
-        o.remaining as i64,
-        o.retry_after_ms,
-        o.reset_after_ms,
-        o.granted as i64,
-    ];
-    if block
-        && o.kind == Kind::Reserved
+    let d = take(ctx, args, &req)?;
+    let o = &d.outcome;
+    if d.hold
         && blocking::has_room(ctx)
-        && blocking::block_for(ctx, o.retry_after_ms, args.key(1), a.limits, o.granted)
+        && blocking::block_for(ctx, o.retry_after_ms, args.key(1), req.limits, o.granted)
     {
         return Ok(());
     }
-    if a.lease_ttl_ms.is_some() {
-        let mut with_id = reply.to_vec();
-        with_id.push(lease_id as i64);
-        ctx.reply().ints(&with_id);
-    } else {
-        ctx.reply().ints(&reply);
-    }
+    ctx.reply().ints(&d.reply());
     Ok(())
 }
 
-/// Refuses a wait longer than `tb.max-wait-ms`.
-fn check_wait(ms: u64) -> Result<(), CmdError> {
-    let max = config::max_wait_ms();
-    if ms > max {
-        return Err(CmdError::Owned(errors::wait_exceeds(max)));
-    }
-    Ok(())
-}
-
-/// Refuses a BLOCK that is too long or cannot block here.
-fn check_block(ctx: &Ctx, ms: u64) -> Result<(), CmdError> {
-    check_wait(ms)?;
-    if !blocking::can_block(ctx) {
-        return Err(ERR_CANNOT_BLOCK.into());
-    }
-    Ok(())
-}
-
-/// The call's write: takes (or lends) the tokens, commits, records; the
-/// outcome and the lease id (0: none).
-fn take(
-    ctx: &Ctx,
-    args: &Args,
-    a: &parse::ConsumeArgs,
-    mode: Mode,
-) -> Result<(bucket::Outcome, u64), CmdError> {
-    let opts = a.options;
+/// The call's write: decides on the bucket as stored, commits, records.
+fn take(ctx: &Ctx, args: &Args, req: &ConsumeRequest) -> Result<Decision, CmdError> {
     let now = clock::now_us();
     let key = ctx.open_bucket(args.key(1))?;
-    let stored = key.stored_at(now);
-    if a.lease_ttl_ms.is_some() && !key.leases().has_room() {
-        return Err(errors::ERR_LEASE_FULL.into());
-    }
-    let mut o = bucket::consume(stored.as_ref(), a.limits, opts.n, mode, now);
-    let mut lease_id = 0;
-    if let (Some(ttl), Kind::Allowed) = (a.lease_ttl_ms, o.kind) {
-        let terms = lease::Terms {
-            n: opts.n,
-            ttl_ms: ttl,
-            keep: a.lease_keep,
-        };
-        lease_id = key.leases().grant(terms, now, random::u64).unwrap_or(0);
-    }
-    // What a denial waits for: one token for a peek, the chunk (at most n)
-    // for ATMOST, else all n.
-    let target = match (opts.n, opts.atmost) {
-        (0, _) => 1,
-        (n, true) => opts.min.unwrap_or(1).min(n),
-        (n, false) => n,
-    };
-    lease::wait_with_leases(&mut o, &key.leases(), target, now);
-    if o.dirty {
-        key.commit(&o.bucket);
+    let d = decide::consume(key.stored(), &mut key.leases(), req, now, random::u64)?;
+    if d.outcome.dirty {
+        key.commit(&d.outcome.bucket);
     }
     drop(key);
-    stats::record(&o, opts.n);
-    top::record(&o, now, || args.bytes(1));
-    Ok((o, lease_id))
+    stats::record(&d.outcome, req.n);
+    top::record(&d.outcome, now, || args.bytes(1));
+    Ok(d)
 }
 
 /// One try of a queued `TB.CONSUME ... BLOCK ms` (with `LEASE` or
@@ -196,52 +126,23 @@ fn take(
 /// denial, nothing written.
 fn queued_try(ctx: &Ctx, args: &Args, dry: bool) -> Result<lease_wait::Try, CmdError> {
     let a = parse::consume_args(args)?;
-    let n = a.options.n;
-    if dry {
-        let now = clock::now_us();
-        let key = ctx.read_bucket(args.key(1))?;
-        let stored = key.stored_at(now);
-        let left = stored.map_or(a.limits.capacity, |b| b.whole_tokens(now));
-        let mut o = bucket::consume(stored.as_ref(), a.limits, n, Mode::All, now);
-        lease::wait_with_leases(&mut o, &key.leases(), n.max(1), now);
-        let retry = if o.kind == Kind::Allowed {
-            0
-        } else {
-            o.retry_after_ms
-        };
-        let mut reply = vec![0, left as i64, retry, o.reset_after_ms, 0];
-        if a.lease_ttl_ms.is_some() {
-            reply.push(0);
-        }
-        return Ok(lease_wait::Try {
-            granted: false,
-            retry_after_ms: retry,
-            never: n > a.limits.capacity,
-            blocking: 0,
-            reply,
-        });
+    let (req, _) = ConsumeRequest::of(&a);
+    if !dry {
+        return Ok(queue_try(take(ctx, args, &req)?.answer()));
     }
-    queued_now(ctx, args, &a)
+    let now = clock::now_us();
+    let key = ctx.read_bucket(args.key(1))?;
+    let answer = decide::consume_dry(key.stored(), &mut key.leases(), &req, now);
+    Ok(queue_try(answer))
 }
 
-/// The call as without BLOCK, for the wait queue.
-fn queued_now(ctx: &Ctx, args: &Args, a: &parse::ConsumeArgs) -> Result<lease_wait::Try, CmdError> {
-    let (o, lease_id) = take(ctx, args, a, Mode::All)?;
-    let mut reply = vec![
-        i64::from(o.allowed()),
-        o.remaining as i64,
-        o.retry_after_ms,
-        o.reset_after_ms,
-        o.granted as i64,
-    ];
-    if a.lease_ttl_ms.is_some() {
-        reply.push(lease_id as i64);
+/// The wait queue's view of a decision.
+pub(super) fn queue_try(a: decide::Answer) -> lease_wait::Try {
+    lease_wait::Try {
+        granted: a.granted,
+        retry_after_ms: a.retry_after_ms,
+        never: a.never,
+        blocking: a.blocking,
+        reply: a.reply,
     }
-    Ok(lease_wait::Try {
-        granted: o.allowed(),
-        retry_after_ms: o.retry_after_ms,
-        never: a.options.n > a.limits.capacity,
-        blocking: 0,
-        reply,
-    })
 }

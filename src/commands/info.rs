@@ -35,7 +35,7 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let now = clock::now_us();
     let key = ctx.read_bucket(args.key(1))?;
     let r = ctx.reply();
-    let Some(stored) = key.stored_at(now) else {
+    let Some(stored) = crate::decide::expire(key.stored(), &mut key.leases(), now) else {
         r.null();
         return Ok(());
     };

@@ -24,16 +24,16 @@
 //! the lease id of every part after the remaining tokens (0 for a part
 //! without a lease, or when denied).
 
-use super::consume::{ATMOST_ARGS, FLOW_ARGS};
-use crate::bucket::{self, Kind, Mode, Part};
-use crate::errors::{self, ERR_CANNOT_BLOCK};
+use super::consume::{queue_try, ATMOST_ARGS, FLOW_ARGS};
+use crate::decide::{self, MultiDecision, MultiRequest, Serve};
+use crate::errors::ERR_CANNOT_BLOCK;
 use crate::glue::command::{
     block, integer, key, one_of, pure_token, string, Access, Arity, Command, Keys, Spec,
 };
 use crate::glue::entry::{Args, CmdError, CmdResult, Ctx};
 use crate::glue::store::{BucketKey, Read, Write};
 use crate::glue::{blocking, clock, config, lease_wait, random, stats, top};
-use crate::{lease, parse};
+use crate::parse;
 
 /// `TB.MCONSUME`.
 pub struct Mconsume;
@@ -82,15 +82,14 @@ impl Command for Mconsume {
 
 fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let a = parse::mconsume_args(args)?;
-    let max = config::max_wait_ms();
-    if let Some(ms) = a.block_ms {
-        if ms > max {
-            return Err(CmdError::Owned(errors::wait_exceeds(max)));
-        }
+    let (req, serve) = MultiRequest::of(&a);
+    decide::check_wait(a.block_ms.or(a.reserve_ms), config::max_wait_ms())
+        .map_err(CmdError::Owned)?;
+    if let Serve::Queue(ms) = serve {
         if !blocking::can_block(ctx) {
             return Err(ERR_CANNOT_BLOCK.into());
         }
-        let now = |c: &Ctx| queued_now(c, args, &a);
+        let now = |c: &Ctx| Ok(queue_try(take(c, args, &req)?.into_answer()));
         let asks = lease_wait::Queued {
             keys: 2..2 + a.requests.len(),
             costs: a.requests.iter().map(|r| r.n).collect(),
@@ -98,184 +97,40 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
         };
         return lease_wait::wait(ctx, args, ms, asks, c"tb.mconsume", queued_try, &now);
     }
-    let t = take(ctx, args, &a)?;
-    ctx.reply().ints(&t.reply);
+    ctx.reply().ints(&take(ctx, args, &req)?.reply);
     Ok(())
 }
 
-/// The call's write, as its queue try sees it: whether it was granted,
-/// the denial's wait, the part that makes it wait, and the reply.
-fn take(ctx: &Ctx, args: &Args, a: &parse::MconsumeArgs) -> Result<lease_wait::Try, CmdError> {
-    let max = config::max_wait_ms();
-    let mode = match (a.reserve_ms, a.atmost) {
-        (None, Some(min)) => Mode::AtMost { min },
-        (None, None) => Mode::All,
-        (Some(ms), _) if ms > max => return Err(CmdError::Owned(errors::wait_exceeds(max))),
-        (Some(ms), _) => Mode::Reserve {
-            max_wait_us: ms * 1000,
-        },
-    };
+/// The call's write: decides on the buckets as stored, commits, records.
+fn take(ctx: &Ctx, args: &Args, req: &MultiRequest) -> Result<MultiDecision, CmdError> {
     let now = clock::now_us();
-    let keys = (0..a.requests.len())
+    let mut keys = (0..req.requests.len())
         .map(|i| ctx.open_bucket(args.key(2 + i)))
         .collect::<Result<Vec<BucketKey<Write>>, _>>()?;
-    let parts = parts_of(&a.requests, &keys, now);
-    let leased = &a.leases;
-    for (l, key) in leased.iter().zip(&keys) {
-        if l.is_some() && !key.leases().has_room() {
-            return Err(errors::ERR_LEASE_FULL.into());
-        }
-    }
-    // A lease is never reserved: a leased part short now denies the call.
-    let short: Vec<usize> = (0..parts.len())
-        .filter(|&j| {
-            leased[j].is_some() && {
-                let p = &parts[j];
-                let probe = bucket::consume(p.stored.as_ref(), p.limits, p.n, Mode::All, now);
-                probe.kind != Kind::Allowed
-            }
-        })
-        .collect();
-    let mut o = if short.is_empty() {
-        bucket::consume_all(&parts, mode, now)
-    } else {
-        bucket::consume_all(&parts, Mode::All, now)
-    };
-    let any_held = keys.iter().any(|key| !key.leases().held.is_empty());
-    let mut blocking = 0;
-    if (!o.allowed && any_held) || !short.is_empty() {
-        (o.retry_after_ms, blocking) = wait_with_leases(&o.need, &o.buckets, &keys, &short, now);
-    } else if !o.allowed && a.block_ms.is_some() {
-        blocking = wait_with_leases(&o.need, &o.buckets, &keys, &[], now).1;
-    }
-    let mut ids = vec![0u64; parts.len()];
-    if o.allowed {
-        for (j, ttl) in leased.iter().enumerate() {
-            if let Some(ttl) = *ttl {
-                let terms = lease::Terms {
-                    n: parts[j].n,
-                    ttl_ms: ttl,
-                    keep: a.keep[j],
-                };
-                ids[j] = keys[j].leases().grant(terms, now, random::u64).unwrap_or(0);
-            }
-        }
-    }
-    let any_lease = leased.iter().any(Option::is_some);
+    let d = decide::mconsume(&mut keys, req, now, random::u64)?;
+    let o = &d.outcome;
     for ((key, b), dirty) in keys.iter().zip(&o.buckets).zip(&o.dirty) {
         if *dirty {
             key.commit(b);
         }
     }
-    let asked = parts.iter().map(|p| p.n).max().unwrap_or(0);
-    let partial = a.atmost.is_some() && o.granted < asked;
-    stats::record_multi(o.allowed, o.retry_after_ms, o.taken.iter().sum(), partial);
-    top::record_multi(&o, now, |i| args.bytes(2 + i));
-    let k = o.remaining.len();
-    let mut reply =
-        Vec::with_capacity(2 + k + usize::from(a.atmost.is_some()) + if any_lease { k } else { 0 });
-    reply.push(i64::from(o.allowed));
-    reply.push(o.retry_after_ms);
-    reply.extend(o.remaining.iter().map(|&left| left as i64));
-    if a.atmost.is_some() {
-        reply.push(o.granted as i64);
-    }
-    if any_lease {
-        reply.extend(ids.iter().map(|&id| id as i64));
-    }
-    Ok(lease_wait::Try {
-        granted: o.allowed,
-        retry_after_ms: o.retry_after_ms,
-        never: a.requests.iter().any(|r| r.n > r.limits.capacity),
-        blocking,
-        reply,
-    })
-}
-
-/// The call as without BLOCK, for the wait queue.
-fn queued_now(
-    ctx: &Ctx,
-    args: &Args,
-    a: &parse::MconsumeArgs,
-) -> Result<lease_wait::Try, CmdError> {
-    take(ctx, args, a)
+    stats::record_multi(o.kind, o.retry_after_ms, d.tokens, d.partial);
+    top::record_multi(o, now, |i| args.bytes(2 + i));
+    Ok(d)
 }
 
 /// One try of `TB.MCONSUME ... BLOCK ms` for the wait queue: the call as
 /// without BLOCK; with `dry`, the denial, nothing written.
 fn queued_try(ctx: &Ctx, args: &Args, dry: bool) -> Result<lease_wait::Try, CmdError> {
     let a = parse::mconsume_args(args)?;
+    let (req, _) = MultiRequest::of(&a);
     if !dry {
-        return take(ctx, args, &a);
+        return Ok(queue_try(take(ctx, args, &req)?.into_answer()));
     }
     let now = clock::now_us();
-    let keys = (0..a.requests.len())
+    let mut keys = (0..req.requests.len())
         .map(|i| ctx.read_bucket(args.key(2 + i)))
         .collect::<Result<Vec<BucketKey<Read>>, _>>()?;
-    let parts = parts_of(&a.requests, &keys, now);
-    let o = bucket::consume_all(&parts, Mode::All, now);
-    let (retry, blocking) = if o.allowed {
-        (0, 0)
-    } else {
-        wait_with_leases(&o.need, &o.buckets, &keys, &[], now)
-    };
-    let mut reply = vec![0, retry];
-    reply.extend(
-        parts
-            .iter()
-            .map(|p| p.stored.map_or(p.limits.capacity, |b| b.whole_tokens(now)) as i64),
-    );
-    if a.leases.iter().any(Option::is_some) {
-        reply.extend(parts.iter().map(|_| 0));
-    }
-    Ok(lease_wait::Try {
-        granted: false,
-        retry_after_ms: retry,
-        never: a.requests.iter().any(|r| r.n > r.limits.capacity),
-        blocking,
-        reply,
-    })
-}
-
-/// The wait of a denial counting the held leases' expiry (each part waits
-/// for what it `need`s): the longest over the parts in `only` (the leased
-/// parts short now), or over every part when `only` is empty; -1 if one of
-/// them can never succeed. With it, the part that makes the call wait (the
-/// first with the longest wait).
-fn wait_with_leases<M>(
-    need: &[u64],
-    buckets: &[bucket::Bucket],
-    keys: &[BucketKey<M>],
-    only: &[usize],
-    now: i64,
-) -> (i64, usize) {
-    let all: Vec<usize> = (0..need.len()).collect();
-    let which = if only.is_empty() { &all[..] } else { only };
-    let (mut wait, mut part) = (0u64, which.first().copied().unwrap_or(0));
-    for &j in which {
-        let b = &buckets[j];
-        if need[j] > b.capacity {
-            return (-1, j);
-        }
-        let level = need[j] as i128 * bucket::NANOS;
-        match keys[j].leases().micros_until(b, level, now) {
-            Some(us) if us > wait => (wait, part) = (us, j),
-            Some(_) => {}
-            None => return (-1, j),
-        }
-    }
-    (bucket::ceil_ms(wait), part)
-}
-
-/// Each key's stored bucket with the limits and `n` the call asks of it.
-fn parts_of<M>(requests: &[parse::Request], keys: &[BucketKey<M>], now: i64) -> Vec<Part> {
-    requests
-        .iter()
-        .zip(keys)
-        .map(|(r, key)| Part {
-            stored: key.stored_at(now),
-            limits: r.limits,
-            n: r.n,
-        })
-        .collect()
+    let answer = decide::mconsume_dry(&mut keys, &req, now);
+    Ok(queue_try(answer))
 }

@@ -30,7 +30,11 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let n = parse::refund_args(args)?;
     let now = clock::now_us();
     let key = ctx.open_bucket(args.key(1))?;
-    let Some(b) = bucket::refund(key.stored_at(now).as_ref(), n, now) else {
+    let Some(b) = bucket::refund(
+        crate::decide::expire(key.stored(), &mut key.leases(), now).as_ref(),
+        n,
+        now,
+    ) else {
         ctx.reply().null();
         return Ok(());
     };

@@ -43,7 +43,7 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let (id, used) = parse::release_command(args)?;
     let now = clock::now_us();
     let key = ctx.open_bucket_to_shrink(args.key(1))?;
-    let Some(mut b) = key.stored_at(now) else {
+    let Some(mut b) = crate::decide::expire(key.stored(), &mut key.leases(), now) else {
         ctx.reply().null();
         return Ok(());
     };

@@ -39,7 +39,7 @@ fn run(ctx: &Ctx, args: &Args) -> CmdResult {
     let now = clock::now_us();
     let key = ctx.open_bucket(args.key(1))?;
     let o = bucket::consume(
-        key.stored_at(now).as_ref(),
+        crate::decide::expire(key.stored(), &mut key.leases(), now).as_ref(),
         a.limits,
         a.quantity,
         Mode::All,

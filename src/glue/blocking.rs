@@ -103,7 +103,9 @@ impl Waiter {
         let found = ctx.peek_bucket(key).ok();
         // As of now: the tokens of leases that expired while it waited are
         // back (in this reply only; the next write stores them).
-        let stored = found.as_ref().and_then(|k| k.stored_at(now));
+        let stored = found
+            .as_ref()
+            .and_then(|k| crate::decide::expire(k.stored(), &mut k.leases(), now));
         let (b, reset) = match (stored, &found) {
             (Some(b), Some(k)) => (b, lease::reset_after_ms(&b, &k.leases(), now)),
             _ => {

@@ -126,23 +126,28 @@ pub fn record(o: &Outcome, n: u64) {
     }
 }
 
-/// Records one multi-bucket request; `partial`: an `ATMOST` request granted
-/// less than it asked.
-pub fn record_multi(allowed: bool, retry_after_ms: i64, tokens: u64, partial: bool) {
+/// Records one multi-bucket request of kind `kind` (never a peek) that
+/// took `tokens` and waits `retry_after_ms`; `partial`: an `ATMOST`
+/// request granted less than it asked.
+pub fn record_multi(kind: Kind, retry_after_ms: i64, tokens: u64, partial: bool) {
     CALLS.add(1);
-    if allowed {
-        ALLOWED.add(1);
-        if partial {
-            PARTIAL_GRANTS.add(1);
+    match kind {
+        Kind::Allowed | Kind::Reserved => {
+            ALLOWED.add(1);
+            if partial {
+                PARTIAL_GRANTS.add(1);
+            }
+            TOKENS_GRANTED.add(tokens);
+            if kind == Kind::Reserved {
+                RESERVATIONS.add(1);
+                record_wait(retry_after_ms);
+            } else {
+                record_wait(0);
+            }
         }
-        TOKENS_GRANTED.add(tokens);
-        record_wait(retry_after_ms);
-        if retry_after_ms > 0 {
-            RESERVATIONS.add(1);
-        }
-    } else {
-        DENIED.add(1);
-        if retry_after_ms < 0 {
+        Kind::Denied | Kind::Peek => DENIED.add(1),
+        Kind::Never => {
+            DENIED.add(1);
             NEVER.add(1);
         }
     }

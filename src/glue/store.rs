@@ -38,8 +38,7 @@ pub struct BucketKey<'c, M> {
     /// treats as an empty key everywhere below).
     key: *mut raw::RedisModuleKey,
     name: KeyName<'c>,
-    /// The bucket found when the key was opened, with the tokens of the
-    /// leases [`BucketKey::stored_at`] expired since.
+    /// The bucket found when the key was opened.
     stored: Cell<Option<Bucket>>,
     /// The stored value found when the key was opened (null if none), so
     /// that [`BucketKey::put`] writes it in place without asking Redis again.
@@ -157,22 +156,16 @@ impl<'c, M> BucketKey<'c, M> {
         Ok(k)
     }
 
-    /// The stored bucket as of `now_us`: the tokens of leases expired by
-    /// then are back in it, and those leases are gone from
-    /// [`BucketKey::leases`] (written with the next commit; until then the
-    /// stored state still has them, which reads the same). The bucket kept
-    /// here gets those tokens too, so a second call answers the same bucket
-    /// (leases and tokens move together, never one without the other).
-    pub fn stored_at(&self, now_us: i64) -> Option<Bucket> {
-        let b = self.stored.get().map(|mut b| {
-            self.leases.borrow_mut().expire(&mut b, now_us);
-            b
-        });
-        self.stored.set(b);
-        b
+    /// The bucket as stored when the key was opened, nothing expired: with
+    /// [`BucketKey::leases`], the state [`crate::decide`] decides on (its
+    /// [`crate::decide::expire`] brings both to now, together).
+    pub fn stored(&self) -> Option<Bucket> {
+        self.stored.get()
     }
 
-    /// The leases held on this key (as of [`BucketKey::stored_at`]'s time).
+    /// The leases held on this key: as stored until a command expires,
+    /// grants or releases some (the write then stores them; a command that
+    /// writes nothing leaves them as found).
     pub fn leases(&self) -> RefMut<'_, Leases> {
         self.leases.borrow_mut()
     }
@@ -223,6 +216,18 @@ impl<'c, M> BucketKey<'c, M> {
             let value = raw::RedisModule_ModuleTypeGetValue.unwrap()(self.key);
             Ok((!value.is_null()).then_some(value))
         }
+    }
+}
+
+/// An open key is the state a multi-bucket decision reads and changes in
+/// place: its stored bucket and its leases (no copy, no runtime borrow).
+impl<M> crate::decide::BucketState for BucketKey<'_, M> {
+    fn stored(&self) -> Option<Bucket> {
+        self.stored.get()
+    }
+
+    fn leases(&mut self) -> &mut Leases {
+        self.leases.get_mut()
     }
 }
 

@@ -74,7 +74,7 @@ pub fn record<'a>(o: &Outcome, now_us: i64, key: impl FnOnce() -> &'a [u8]) {
 /// that bucket is out of it. `key(i)` names part `i`.
 #[inline]
 pub fn record_multi<'a>(o: &MultiOutcome, now_us: i64, key: impl Fn(usize) -> &'a [u8]) {
-    if o.retry_after_ms != 0 {
+    if o.kind != Kind::Allowed {
         record_multi_slow(o, now_us, key);
     }
 }
