@@ -9,9 +9,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "tbharness"))
 
-from tbserver import Server  # noqa: E402
+from tbharness import Server  # noqa: E402
 
 from tb_limiter import Limiter  # noqa: E402
 
