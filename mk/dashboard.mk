@@ -42,7 +42,7 @@ dashboard-venv:
 
 test-dashboard: build redis8 dashboard-deps dashboard-venv
 	@echo "== mypy --strict (dashboard and its tests)"
-	cd $(DASH_PY_DIR) && MYPYPATH=tests:tests_dashboard $(DASH_PY) -m mypy --strict --follow-imports=silent \
+	cd $(DASH_PY_DIR) && MYPYPATH=$(CURDIR)/tools/tbharness:tests_dashboard $(DASH_PY) -m mypy --strict --follow-imports=silent \
 	  --cache-dir $(DASH_VENV)/.mypy_cache src/tb_limiter/dashboard tests_dashboard
 	@first=1; for server in $(TEST_SERVERS); do \
 	  echo; \

@@ -1,5 +1,5 @@
 """Fixtures of the dashboard suite: a redis-server with the module (the
-client suite's harness, tests/tbserver.py), the dashboard started the way a
+shared harness, tools/tbharness), the dashboard started the way a
 user starts it (``python -m tb_limiter.dashboard``) on a free port, and a
 paced workload with known heavy keys.
 
@@ -27,9 +27,9 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple
 import pytest
 import redis
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools" / "tbharness"))
 
-from tbserver import REPO, Server, free_port  # noqa: E402
+from tbharness import REPO, Server, free_port  # noqa: E402
 
 from tb_limiter.dashboard.collect import command  # noqa: E402
 

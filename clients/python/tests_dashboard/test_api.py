@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tb_limiter.dashboard.collect import command
 
 from conftest import APP_RULES, DASHBOARD_EXTRA, Dashboard, Workload, setuser, workload_client
-from tbserver import REPO
+from tbharness import REPO
 
 #: The dashboard on its own: read-only, no limiter command that writes.
 READ_ONLY_RULES = "on >ro-secret resetkeys ~rl:* resetchannels -@all +info +tb.top +tb.info"
@@ -98,7 +98,7 @@ def test_a_read_only_user_is_enough(server: Any, dashboard_factory: Any) -> None
 
 
 def test_cluster_mode_reads_every_node_and_merges(dashboard_factory: Any) -> None:
-    from tbcluster import Cluster  # the client suite's harness (tests/)
+    from tbharness import Cluster  # the shared harness (tools/tbharness)
 
     cluster = Cluster()
     try:
