@@ -14,7 +14,7 @@ from typing import Iterator
 
 import httpx
 
-from tbserver import free_port
+from tbharness import free_port
 
 START_DEADLINE = 30.0
 STOP_DEADLINE = 10.0

@@ -1,5 +1,5 @@
 """Shared fixtures of the examples' tests: redis-server processes started by
-the tests (the client suite's harness: free port, deadline, stopped by pid)."""
+the tests (tools/tbharness: free port, deadline, stopped by pid)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Iterator
 import pytest
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "clients" / "python" / "tests"))
+sys.path.insert(0, str(HERE.parent / "tools" / "tbharness"))
 sys.path.insert(0, str(HERE))
 
-from tbserver import Server  # noqa: E402
+from tbharness import Server  # noqa: E402
 
 
 @pytest.fixture(scope="session")

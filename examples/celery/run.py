@@ -16,11 +16,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parents[1] / "clients" / "python" / "tests"))
+sys.path.insert(0, str(HERE.parents[1] / "tools" / "tbharness"))
 
 
 def main() -> None:
-    from tbserver import example_redis
+    from tbharness import example_redis
 
     with example_redis() as redis_url:
         run(redis_url)

@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE))
 
 from fake_llm import FakeLLM  # noqa: E402
 from scenario import worker  # noqa: E402
-from tbserver import Server  # noqa: E402
+from tbharness import Server  # noqa: E402
 
 TASKS = 30
 RATE = 0.5

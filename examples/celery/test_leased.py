@@ -14,7 +14,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from scenario import worker  # noqa: E402
-from tbserver import Server  # noqa: E402
+from tbharness import Server  # noqa: E402
 
 TASKS = 10
 

@@ -14,13 +14,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parents[1] / "clients" / "python" / "tests"))
+sys.path.insert(0, str(HERE.parents[1] / "tools" / "tbharness"))
 
 
 def main() -> None:
     import uvicorn
 
-    from tbserver import example_redis
+    from tbharness import example_redis
 
     with example_redis() as redis_url:
         port = int(os.environ.get("PORT", "8000"))

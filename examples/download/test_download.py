@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from asgiproc import uvicorn_process  # noqa: E402
 from downloads import CHUNK, burst  # noqa: E402
-from tbserver import Server  # noqa: E402
+from tbharness import Server  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 

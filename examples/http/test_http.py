@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from asgiproc import uvicorn_process
-from tbserver import Server
+from tbharness import Server
 
 HERE = Path(__file__).resolve().parent
 

@@ -8,7 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from tbserver import REPO, Server
+from tbharness import REPO, Server
 
 BINARY = REPO / "target" / "release" / "examples" / "rust_client"
 
