@@ -29,6 +29,9 @@ import leasewait  # noqa: E402
 import neighbours  # noqa: E402
 from resp import Conn, ReplyError, encode  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "tbharness"))
+import tbharness  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 LUA_FILE = os.path.join(HERE, "token_bucket.lua")
@@ -50,68 +53,22 @@ def log(msg):
     print("[bench %s] %s" % (time.strftime("%H:%M:%S"), msg), flush=True)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """A redis-server with the module on a free loopback port, stopped by pid."""
+class Server(tbharness.Server):
+    """A server with the module on a free loopback port, stopped by pid
+    (tools/tbharness), with a RESP connection ``conn``; exits the benchmark
+    with the server's log when it does not start."""
 
     def __init__(self, binary, module, extra=(), name="server", prefix=(), start_s=15):
-        self.binary = binary
-        self.dir = tempfile.mkdtemp(prefix="tb-bench-")
-        for attempt in range(5):
-            self.port = free_port()
-            args = [binary, "--port", str(self.port), "--bind", "127.0.0.1",
-                    "--save", "", "--appendonly", "no", "--dir", self.dir,
-                    "--logfile", "server.log", "--daemonize", "no",
-                    "--loadmodule", module, *extra]
-            self.proc = subprocess.Popen([*prefix, *args], stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL)
-            if self._wait_ready(deadline=time.time() + start_s):
-                self.conn = Conn(self.port)
-                return
-            self.proc.kill()
-            self.proc.wait()
-        tail = self.log_tail()
-        shutil.rmtree(self.dir, ignore_errors=True)
-        raise SystemExit("%s did not start: %s\n%s" % (name, " ".join(args), tail))
-
-    def _wait_ready(self, deadline):
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                return False
-            try:
-                c = Conn(self.port, timeout=2)
-                ok = c.call("PING") == "PONG"
-                c.close()
-                if ok:
-                    return True
-            except (OSError, ReplyError):
-                pass
-            time.sleep(0.05)
-        return False
-
-    def log_tail(self):
         try:
-            with open(os.path.join(self.dir, "server.log")) as f:
-                return "".join(f.readlines()[-20:])
-        except OSError:
-            return "(no log)"
+            super().__init__(binary=binary, module=module, extra=list(extra), prefix=prefix,
+                             start_deadline=start_s)
+        except RuntimeError as e:
+            raise SystemExit("%s did not start: %s" % (name, e))
+        self.conn = Conn(self.port)
 
-    def stop(self):
-        try:
-            self.conn.call("SHUTDOWN", "NOSAVE")
-        except (OSError, ReplyError, ConnectionError):
-            pass
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+    def stop(self, keep_dir=False, deadline=30):
+        self.conn.close()
+        super().stop(keep_dir=keep_dir, deadline=deadline)
 
     def used_memory(self):
         return int(self.conn.info("memory")["used_memory"])
