@@ -401,3 +401,53 @@ fn a_late_timer_wastes_no_refill() {
         "8 grants over {span} ms of bucket time"
     );
 }
+
+/// A stall longer than a bucket takes to fill up (10/s, capacity 5, so 0.5
+/// s from empty, and its key then expires): the late timer of a waiter
+/// asking 1 token was due long before the bucket filled, but a try as of
+/// then must not read the missing key as a full bucket then (it would hand
+/// out the 5 tokens, and the refill since, again). 20 grants from an empty
+/// bucket take at least 2 s.
+#[test]
+fn a_late_timer_never_grants_past_the_admission_bound() {
+    let s = Server::start_with(ServerConfig {
+        args: vec!["--enable-debug-command".into(), "yes".into()],
+        ..ServerConfig::default()
+    });
+    let mut c = s.conn();
+    let call = [
+        "TB.CONSUME",
+        "k",
+        "10",
+        "5",
+        "1",
+        "BLOCK",
+        "60000",
+        "FLOW",
+        "a",
+    ];
+    let t0 = Instant::now();
+    assert_eq!(
+        ints(&mut c, &["TB.CONSUME", "k", "10", "5", "5"])[0],
+        1,
+        "drained"
+    );
+    let mut waiting: Vec<_> = (0..20).map(|_| s.send(&call).0).collect();
+    // Most wait before the stall (one comes out every 100 ms meanwhile).
+    s.wait_for("the calls to queue", Duration::from_secs(10), |c| {
+        blocked(c) >= 17
+    });
+    let _: () = redis::cmd("DEBUG")
+        .arg("SLEEP")
+        .arg("1")
+        .query(&mut c)
+        .unwrap();
+    for w in &mut waiting {
+        assert_eq!(answer(w).unwrap()[0], 1);
+    }
+    let elapsed = t0.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(20 * 100 - 1),
+        "20 grants from an empty bucket of 10/s in {elapsed:?}"
+    );
+}

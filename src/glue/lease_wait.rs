@@ -96,6 +96,8 @@ struct Waiter {
     /// to the queue of the one that makes it wait.
     keys: Vec<QKey>,
     costs: Vec<u64>,
+    /// The arguments that are its keys.
+    key_args: Range<usize>,
     /// The call's arguments, one reference each (released on drop).
     argv: Vec<NonNull<raw::RedisModuleString>>,
     event: &'static CStr,
@@ -217,6 +219,7 @@ pub fn wait(
     now: &dyn Fn(&Ctx<'_>) -> Result<Try, CmdError>,
 ) -> CmdResult {
     let db = selected_db(ctx.as_ptr());
+    let key_args = asks.keys.clone();
     let qkeys: Vec<QKey> = asks.keys.map(|i| (db, args.bytes(i).to_vec())).collect();
     let waited = STATE.with(|s| {
         let s = s.borrow();
@@ -238,6 +241,7 @@ pub fn wait(
     let flow = asks.flow.unwrap_or(DEFAULT_FLOW);
     let queued = Queue {
         keys: qkeys,
+        key_args,
         costs: asks.costs,
         on,
         flow,
@@ -270,6 +274,7 @@ pub fn wait(
 /// queue it joins, and its flow.
 struct Queue<'a> {
     keys: Vec<QKey>,
+    key_args: Range<usize>,
     costs: Vec<u64>,
     on: usize,
     flow: Flow<'a>,
@@ -335,6 +340,7 @@ fn block(
                 bc,
                 db,
                 keys: q.keys,
+                key_args: q.key_args,
                 costs: q.costs,
                 argv,
                 event,
@@ -447,16 +453,22 @@ fn hand_back(bc: Handle, reply: Option<Reply>) {
     unsafe { raw::RedisModule_UnblockClient.unwrap()(bc, privdata.cast()) };
 }
 
-/// Runs a waiter's attempt on `ctx` (in its database).
+/// Runs a waiter's attempt on `ctx` (in its database); with `as_of`, as
+/// of that instant ([`clock::as_of`]) if every one of its buckets has its
+/// key, else as of now (a missing key is a full bucket as of now only: as
+/// of an earlier instant it would be read as full then, and a bucket that
+/// filled up since would hand out its tokens again). Returns the outcome
+/// and whether it was tried as of `as_of`.
 fn try_waiter(
     ctx: NonNull<raw::RedisModuleCtx>,
     id: WaiterId,
     dry: bool,
-) -> Option<Result<Try, CmdError>> {
-    let (db, argv, event, attempt) = STATE.with(|s| {
+    as_of: Option<i64>,
+) -> Option<(Result<Try, CmdError>, bool)> {
+    let (db, argv, event, attempt, key_args) = STATE.with(|s| {
         let s = s.borrow();
         let w = s.waiters.get(&id)?;
-        Some((w.db, w.argv.clone(), w.event, w.attempt))
+        Some((w.db, w.argv.clone(), w.event, w.attempt, w.key_args.clone()))
     })?;
     if selected_db(ctx.as_ptr()) != db {
         // SAFETY: ctx is live; db was a valid database when the call came.
@@ -471,7 +483,16 @@ fn try_waiter(
             Args::new(argv.as_ptr() as *mut _, argv.len() as c_int),
         )
     };
-    Some(attempt(&c, &a, dry))
+    let as_of = as_of.filter(|_| {
+        key_args.clone().all(|i| {
+            c.read_bucket(a.key(i))
+                .map_or(true, |k| k.stored().is_some())
+        })
+    });
+    Some(match as_of {
+        Some(t) => (clock::as_of(t, || attempt(&c, &a, dry)), true),
+        None => (attempt(&c, &a, dry), false),
+    })
 }
 
 /// Tries the first in line of `key`'s queue, granting while they fit. A
@@ -492,9 +513,12 @@ fn serve(ctx: *mut raw::RedisModuleCtx, key: QKey, as_of: Option<i64>) {
             if denied.contains(&id) {
                 break;
             }
-            let outcome = match at {
-                Some(t) => clock::as_of(t, || try_waiter(ctx, id, false)),
-                None => try_waiter(ctx, id, false),
+            let outcome = match try_waiter(ctx, id, false, at) {
+                Some((outcome, backdated)) => {
+                    at = at.filter(|_| backdated);
+                    Some(outcome)
+                }
+                None => None,
             };
             match outcome {
                 Some(Ok(t)) if !t.granted => {
@@ -667,7 +691,7 @@ extern "C" fn timed_out(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
         let Some(nn) = NonNull::new(ctx) else { return };
         if let Some(Some(outcome)) = STATE
             .with(|s| s.borrow().waiters.contains_key(&id))
-            .then(|| try_waiter(nn, id, true))
+            .then(|| try_waiter(nn, id, true, None).map(|(o, _)| o))
         {
             if let Some((w, key, handed)) = take(id, true, false) {
                 let reply = match outcome {
@@ -731,7 +755,7 @@ extern "C" fn unblocked_early(
         match id {
             Some(id) => {
                 let first = STATE.with(|s| s.borrow().queue.is_first(id));
-                let outcome = try_waiter(nn, id, true);
+                let outcome = try_waiter(nn, id, true, None).map(|(o, _)| o);
                 if let Some((w, key, handed)) = take(id, true, false) {
                     send(
                         r,
