@@ -1,4 +1,4 @@
-//! Every command's argument parser in `parse.rs` on arbitrary argument lists
+//! Every command's argument parser in `parse/` on arbitrary argument lists
 //! (the input split at NUL bytes; the first byte picks the command): never
 //! panics, and every accepted call is in range and self-consistent:
 //! - TB.CONSUME: the same options as `consume_options` on the arguments

@@ -1,7 +1,7 @@
 //! The command table: every command the module registers, in order. Each
 //! command's whole path is in its own file: its spec (name, flags, key
 //! specs, ACL categories, arity and docs, written once), its handler, and the
-//! parser it calls in `parse.rs`.
+//! parser it calls in `parse/`.
 //!
 //! No raw pointer and no `unsafe` in here: handlers see Redis only through
 //! the glue's lifetime-bound types (`Ctx`, `Args`, `KeyName`, `BucketKey`).
