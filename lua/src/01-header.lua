@@ -1,6 +1,6 @@
 -- tb.lua: the tb module's TB.CONSUME, TB.MCONSUME, TB.REFUND and TB.INFO as
 -- one Redis script, for servers that cannot load modules. It mirrors
--- src/bucket.rs and src/parse.rs of the module: same arguments, same errors,
+-- src/bucket.rs and src/parse/ of the module: same arguments, same errors,
 -- same replies, same lazy refill against the server's TIME.
 --
 -- Call: EVALSHA sha numkeys key [key ...] command arg [arg ...]

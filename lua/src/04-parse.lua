@@ -1,5 +1,5 @@
 ---------------------------------------------------------------------------
--- Argument parsing (src/parse.rs).
+-- Argument parsing (src/parse/).
 ---------------------------------------------------------------------------
 
 -- An unsigned decimal integer of at most max_str: ASCII digits only, at
@@ -14,7 +14,7 @@ end
 
 local UNITS = { s = 1, m = 60, h = 3600, d = 86400 }
 
--- Bounds that only out-of-range rates pass (src/parse.rs derives them):
+-- Bounds that only out-of-range rates pass (src/parse/ derives them):
 -- more significant digits, an exponent (of the value without trailing zeros)
 -- outside [EXP_MIN, EXP_MAX], and exponent digits beyond any argument's length.
 local MAX_SIGNIFICANT = 64

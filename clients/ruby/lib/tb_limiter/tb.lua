@@ -1,7 +1,7 @@
 -- Assembled by `make lua-sync` from lua/src/*.lua, in name order: edit those, not this file.
 -- tb.lua: the tb module's TB.CONSUME, TB.MCONSUME, TB.REFUND and TB.INFO as
 -- one Redis script, for servers that cannot load modules. It mirrors
--- src/bucket.rs and src/parse.rs of the module: same arguments, same errors,
+-- src/bucket.rs and src/parse/ of the module: same arguments, same errors,
 -- same replies, same lazy refill against the server's TIME.
 --
 -- Call: EVALSHA sha numkeys key [key ...] command arg [arg ...]
@@ -285,7 +285,7 @@ local function fmt(x)
 end
 
 ---------------------------------------------------------------------------
--- Argument parsing (src/parse.rs).
+-- Argument parsing (src/parse/).
 ---------------------------------------------------------------------------
 
 -- An unsigned decimal integer of at most max_str: ASCII digits only, at
@@ -300,7 +300,7 @@ end
 
 local UNITS = { s = 1, m = 60, h = 3600, d = 86400 }
 
--- Bounds that only out-of-range rates pass (src/parse.rs derives them):
+-- Bounds that only out-of-range rates pass (src/parse/ derives them):
 -- more significant digits, an exponent (of the value without trailing zeros)
 -- outside [EXP_MIN, EXP_MAX], and exponent digits beyond any argument's length.
 local MAX_SIGNIFICANT = 64
