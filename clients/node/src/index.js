@@ -396,6 +396,10 @@ async function waitReserved(ms, signal, giveBack) {
  * first reservation the server refuses as too long.
  */
 export class Limiter {
+  /**
+   * @param {any} client
+   * @param {{ backend?: 'auto' | 'module' | 'lua', maxWaitMs?: number }} [options]
+   */
   constructor(client, { backend = 'auto', maxWaitMs } = {}) {
     if (!['auto', 'module', 'lua'].includes(backend)) {
       throw new RangeError(`backend must be 'auto', 'module' or 'lua', not ${JSON.stringify(backend)}`);
@@ -459,14 +463,14 @@ export class Limiter {
     try {
       return await conn.send(['EVALSHA', SCRIPT_SHA1, String(keys.length)], keys, tail);
     } catch (e) {
-      if (!(isReplyError(e) && String(e.message).startsWith('NOSCRIPT'))) throw asCommandError(name, e);
+      if (!(isReplyError(e) && String(/** @type {any} */ (e).message).startsWith('NOSCRIPT'))) throw asCommandError(name, e);
     }
     // Not cached on that server (a restart, a failover, another node): EVAL
     // runs it and caches it for the next EVALSHA.
     try {
       return await conn.send(['EVAL', SCRIPT, String(keys.length)], keys, tail);
     } catch (e) {
-      if (!(isReplyError(e) && /^NOPERM.*'eval'/i.test(String(e.message)))) throw asCommandError(name, e);
+      if (!(isReplyError(e) && /^NOPERM.*'eval'/i.test(String(/** @type {any} */ (e).message)))) throw asCommandError(name, e);
     }
     // A user allowed EVALSHA and SCRIPT LOAD but not EVAL: load it on the
     // node that serves the key, then run it.
@@ -502,6 +506,8 @@ export class Limiter {
    * tokens per minute...). With `maxWaitMs`, every bucket goes into debt if
    * all will have refilled by then, and `retryAfterMs` is the wait before
    * proceeding. In a cluster the keys must share a slot (`{tenant}:rpm`).
+   * @param {Iterable<any>} parts
+   * @param {{ maxWaitMs?: number, atmost?: boolean, chunk?: number | bigint }} [options]
    */
   async consumeMany(parts, { maxWaitMs, atmost = false, chunk } = {}) {
     if (atmost && maxWaitMs !== undefined) throw new RangeError('atmost cannot be combined with maxWaitMs');
@@ -533,6 +539,8 @@ export class Limiter {
    * the server (TB.MCONSUME ... BLOCK ms FLOW name [WEIGHT w], module only,
    * on a dedicated connection) in the flow's queue of the bucket that makes
    * it wait, reserving nothing, all or nothing; ignored on the Lua fallback.
+   * @param {Iterable<any>} parts
+   * @param {{ timeoutMs?: number, signal?: AbortSignal, flow?: string | Buffer, weight?: number }} [options]
    */
   async acquireMany(parts, { timeoutMs, signal, flow, weight } = {}) {
     const queued = flowArgs(flow, weight);
@@ -585,6 +593,8 @@ export class Limiter {
    * and `weight` (see {@link TokenBucket#acquire}) wait on the server in
    * the flow's queue of the bucket that makes the call wait, as `block`
    * does (with or without it); ignored on the Lua fallback.
+   * @param {Iterable<any>} parts
+   * @param {{ ttlMs?: number, timeoutMs?: number, signal?: AbortSignal, block?: boolean, flow?: string | Buffer, weight?: number }} [options]
    */
   async leaseMany(parts, { ttlMs, timeoutMs, signal, block = false, flow, weight } = {}) {
     const queued = flowArgs(flow, weight);
@@ -709,6 +719,8 @@ export class TokenBucket {
    * there, at least `chunk` (default 1, or all of `n` when smaller), and a
    * denial's wait is the wait for `chunk`; `granted` says how many). `n = 0`
    * is a peek.
+   * @param {number | bigint} [n]
+   * @param {{ atmost?: boolean, chunk?: number | bigint }} [options]
    */
   async consume(n = 1, { atmost = false, chunk } = {}) {
     const args = this._args(n, ...atmostArgs(atmost, chunk));
@@ -735,6 +747,8 @@ export class TokenBucket {
    * that long, then proceed. Later callers queue behind: first come, first
    * served across the fleet. Otherwise a denial (`allowed` false) that says
    * when to ask again.
+   * @param {number | bigint} [n]
+   * @param {{ maxWaitMs?: number }} [options]
    */
   async reserve(n = 1, { maxWaitMs } = {}) {
     return Result.fromReply((await this._reserve(n, maxWaitMs)).reply);
@@ -770,6 +784,8 @@ export class TokenBucket {
    * nothing; while several flows wait on the bucket, grants go to them in
    * proportion to their weights, first come first served within a flow.
    * On the Lua fallback the flow is ignored (the call waits as without it).
+   * @param {number | bigint} [n]
+   * @param {{ timeoutMs?: number, signal?: AbortSignal, block?: boolean, flow?: string | Buffer, weight?: number }} [options]
    */
   async acquire(n = 1, { timeoutMs, signal, block = false, flow, weight } = {}) {
     const queued = flowArgs(flow, weight);
@@ -883,6 +899,8 @@ export class TokenBucket {
    * wait on the server in its flow's queue, as `block: true` does (with or
    * without it): weighted fair share across flows. Ignored on the Lua
    * fallback, which polls.
+   * @param {number | bigint} [n]
+   * @param {{ ttlMs?: number, timeoutMs?: number, signal?: AbortSignal, keep?: boolean, block?: boolean, flow?: string | Buffer, weight?: number }} [options]
    */
   async lease(n = 1, { ttlMs, timeoutMs, signal, keep = false, block = false, flow, weight } = {}) {
     const lease = ['LEASE', String(leaseTtl(ttlMs)), ...(keep ? ['KEEP'] : [])];
@@ -1109,6 +1127,8 @@ export class Lease {
    * error `returnOn` accepts), `giveBack()`; threw anything else,
    * `failed()`. The body's error is rethrown; a call that fails while
    * ending a failed lease is ignored (the tokens stay taken: the safe side).
+   * @param {(lease: Lease) => unknown} fn
+   * @param {{ returnOn?: (err: unknown) => boolean }} [options]
    */
   run(fn, { returnOn } = {}) {
     return runHeld(this, fn, returnOn);
@@ -1208,7 +1228,8 @@ export class Batcher {
     this._lastUse = 0;
     this._closed = false;
     this._pending = null;
-    this._timer = null;
+    /** @type {ReturnType<typeof setTimeout> | undefined} */
+    this._timer = undefined;
   }
 
   _serve(n) {
@@ -1251,7 +1272,11 @@ export class Batcher {
     return r;
   }
 
-  /** Takes `n` tokens, sleeping between calls; RateLimited when never or past `timeoutMs`. */
+  /**
+   * Takes `n` tokens, sleeping between calls; RateLimited when never or past `timeoutMs`.
+   * @param {number} [n]
+   * @param {{ timeoutMs?: number }} [options]
+   */
   async acquire(n = 1, { timeoutMs } = {}) {
     const deadline = timeoutMs === undefined ? null : Date.now() + waitArg(timeoutMs, 'timeoutMs');
     for (;;) {
