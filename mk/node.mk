@@ -51,8 +51,9 @@ node-deps: ## node and npm (apt-get when root and missing), npm ci in clients/no
 
 test-node: build redis8 node-deps python-venv ## the Node client suite on every test server, BullMQ, the mixed fleet
 	@echo
-	@echo "== Node client: TypeScript check of the shipped types"
+	@echo "== Node client: TypeScript check of the shipped types and of the JavaScript (checkJs)"
 	cd $(NODE_DIR) && ./node_modules/.bin/tsc -p tsconfig.json --noEmit
+	cd $(NODE_DIR) && ./node_modules/.bin/tsc -p tsconfig.src.json
 	@for server in $(TEST_SERVERS); do \
 	  echo; \
 	  echo "== Node client: module and Lua fallback, node-redis and ioredis, BullMQ, on $$($$server --version | cut -d' ' -f1-3)"; \

@@ -54,6 +54,7 @@ function rateLimitError() {
 export const RESERVATION_FIELD = 'tbReservation';
 
 const sleep = (ms, signal) =>
+  /** @type {Promise<void>} */ (
   new Promise((resolve, reject) => {
     if (signal?.aborted) return reject(signal.reason);
     const timer = setTimeout(done, ms);
@@ -66,7 +67,7 @@ const sleep = (ms, signal) =>
       reject(signal.reason);
     }
     signal?.addEventListener('abort', abort, { once: true });
-  });
+  }));
 
 function isPlainObject(x) {
   return x !== null && typeof x === 'object' && Object.getPrototypeOf(x) === Object.prototype;

@@ -47,6 +47,8 @@ class NodeRedisConnection {
     this.client = client;
     // Clusters: v4 has getSlotMaster(), v5+ too (and masters, slots).
     this.isCluster = typeof client.getSlotMaster === 'function';
+    /** Closes a dedicated connection this one was duplicated into (set by `duplicate`). @type {(() => unknown) | undefined} */
+    this.close = undefined;
   }
 
   send(head, keys, tail) {
@@ -85,6 +87,8 @@ class IoredisConnection {
   constructor(client) {
     this.client = client;
     this.isCluster = client.isCluster === true;
+    /** Closes a dedicated connection this one was duplicated into (set by `duplicate`). @type {(() => unknown) | undefined} */
+    this.close = undefined;
   }
 
   send(head, keys, tail) {

@@ -12,20 +12,18 @@
 
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { setTimeout as sleep } from 'node:timers/promises';
 
-import {
-  DEFAULT_MAX_WAIT_MS,
-  ERR_FLOW_NAME,
-  ERR_WAIT_EXCEEDS,
-  ERR_WEIGHT,
-  MAX_AMOUNT,
-  MAX_FLOW_NAME,
-  MAX_LEASE_ID,
-  MAX_WEIGHT,
-  MAX_WAIT_MS as MAX_WAIT_ARG_MS,
-} from './catalogue.js';
+import { DEFAULT_MAX_WAIT_MS, MAX_LEASE_ID } from './catalogue.js';
 import { connect } from './connection.js';
+import { RateLimited, CommandError, NotSentError, describeKey, isReplyError, asCommandError, isUnknownCommand, maxWaitFrom } from './errors.js';
+import { int, Result, MultiResult, BucketInfo } from './results.js';
+import { rateArg, amountArg, waitArg, flowArgs, pause, waitReserved } from './args.js';
+import { Batcher } from './batcher.js';
+import { leaseTtl, blockLease, pollLease, runLeased, Lease } from './leases.js';
+export { BucketInfo, MultiResult, Result } from './results.js';
+export { CommandError, NotSentError, RateLimited } from './errors.js';
+export { Batcher } from './batcher.js';
+export { Lease } from './leases.js';
 
 /** Source of the Lua fallback (`tb.lua` in this package). */
 export const SCRIPT = readFileSync(new URL('./tb.lua', import.meta.url), 'utf8');
@@ -52,330 +50,6 @@ export const SCRIPT_SHA1 = createHash('sha1').update(SCRIPT).digest('hex');
 /** The longest wait the module accepts by default (`tb.max-wait-ms`). */
 export { DEFAULT_MAX_WAIT_MS };
 
-// ---------------------------------------------------------------------------
-// Errors
-// ---------------------------------------------------------------------------
-
-/**
- * The tokens cannot be had within the timeout (or ever: `result.never`).
- * Thrown by `acquire` and `acquireMany`; nothing was taken.
- */
-export class RateLimited extends Error {
-  constructor(key, result) {
-    const why = result.never ? 'can never be satisfied' : `needs ${result.retryAfterMs} ms`;
-    super(`rate limited on ${describeKey(key)}: ${why}`);
-    this.name = 'RateLimited';
-    /** The key (or keys, joined with commas) that said no. */
-    this.key = key;
-    /** The reply that said so. */
-    this.result = result;
-  }
-
-  /** Milliseconds until the same request would succeed; -1 for never. */
-  get retryAfterMs() {
-    return this.result.retryAfterMs;
-  }
-}
-
-/**
- * The server refused a command: bad arguments, WRONGTYPE, NOPERM, OOM, a wait
- * above `tb.max-wait-ms`... `message` is the server's; `cause` the client
- * library's error. Nothing changed on the server.
- */
-export class CommandError extends Error {
-  constructor(command, cause) {
-    super(String(cause?.message ?? cause), { cause });
-    this.name = 'CommandError';
-    /** The command the server refused (`TB.CONSUME`, ...). */
-    this.command = command;
-  }
-}
-
-/**
- * Thrown (or wrapped, as `cause`) by the body of a lease for a failure known
- * to happen before the request left (connection refused, a validation
- * error): the lease's tokens are given back in full. Any other exception
- * keeps them (see {@link Lease}).
- */
-export class NotSentError extends Error {
-  constructor(message = 'the request was not sent', options) {
-    super(message, options);
-    this.name = 'NotSentError';
-  }
-}
-
-/** Whether `e` (or an error in its `cause` chain) is a NotSentError. */
-function isNotSent(e) {
-  for (let x = e, depth = 0; x && depth < 16; x = x.cause, depth++) {
-    if (x instanceof NotSentError || x?.name === 'NotSentError') return true;
-  }
-  return false;
-}
-
-function describeKey(key) {
-  return Buffer.isBuffer(key) ? JSON.stringify(key.toString('latin1')) : JSON.stringify(String(key));
-}
-
-/** Whether `e` is an error reply of the server (not a connection failure). */
-function isReplyError(e) {
-  for (let p = e; p && p !== Error.prototype; p = Object.getPrototypeOf(p)) {
-    const name = p.constructor?.name;
-    // ioredis: ReplyError; node-redis: ErrorReply (SimpleError, BlobError).
-    if (name === 'ReplyError' || name === 'ErrorReply') return true;
-  }
-  return false;
-}
-
-function asCommandError(command, e) {
-  return isReplyError(e) ? new CommandError(command, e) : e;
-}
-
-function isUnknownCommand(e) {
-  return isReplyError(e) && /unknown command/i.test(String(e.message));
-}
-
-/** The module's error for a wait above `tb.max-wait-ms`, with the setting's value. */
-const MAX_WAIT_ERROR = new RegExp(
-  ERR_WAIT_EXCEEDS.slice(4).replace(/[.*+?^${}()|[\]\\]/g, '\\$&').replace('\\(\\{\\}\\)', '\\((\\d+)\\)'),
-);
-
-/** N from the server's `ERR wait exceeds tb.max-wait-ms (N)`, or null. */
-function maxWaitFrom(e) {
-  const m = MAX_WAIT_ERROR.exec(String(e?.message ?? ''));
-  return m ? Number(m[1]) : null;
-}
-
-// ---------------------------------------------------------------------------
-// Replies
-// ---------------------------------------------------------------------------
-
-function int(x) {
-  return typeof x === 'number' ? x : Number(Buffer.isBuffer(x) ? x.toString() : x);
-}
-
-function text(x) {
-  return Buffer.isBuffer(x) ? x.toString() : String(x);
-}
-
-/** Milliseconds to seconds; -1 (never) is Infinity. */
-function seconds(ms) {
-  return ms < 0 ? Infinity : ms / 1000;
-}
-
-/**
- * The reply of TB.CONSUME: `[allowed, remaining, retry_after_ms,
- * reset_after_ms, granted]`. `retryAfterMs` is 0 when allowed now, the wait
- * (rounded up, never optimistic) when denied or reserved, -1 when the request
- * can never succeed; `resetAfterMs` is -1 for a bucket that never refills.
- * A denial carries `retryAfterMs > 0` too: check `allowed`, never the wait.
- */
-export class Result {
-  constructor(allowed, remaining, retryAfterMs, resetAfterMs, granted, leaseId = null) {
-    this.allowed = allowed;
-    this.remaining = remaining;
-    this.retryAfterMs = retryAfterMs;
-    this.resetAfterMs = resetAfterMs;
-    this.granted = granted;
-    /** With LEASE: the lease id (0 when denied); else null. */
-    this.leaseId = leaseId;
-    Object.freeze(this);
-  }
-
-  /** Builds a result from the reply's five integers (six with a lease id). */
-  static fromReply(reply) {
-    const [a, rem, retry, reset, granted, leaseId] = reply.map(int);
-    return new Result(a === 1, rem, retry, reset, granted, reply.length > 5 ? leaseId : null);
-  }
-
-  /** True when the request can never succeed (n > capacity, or rate 0 and too few tokens). */
-  get never() {
-    return this.retryAfterMs < 0;
-  }
-
-  /** Seconds to wait before proceeding (or retrying); Infinity for never. */
-  get retryAfter() {
-    return seconds(this.retryAfterMs);
-  }
-
-  /** The reply as the server sent it. */
-  get reply() {
-    const head = [this.allowed ? 1 : 0, this.remaining, this.retryAfterMs, this.resetAfterMs, this.granted];
-    return this.leaseId === null ? head : [...head, this.leaseId];
-  }
-}
-
-/**
- * The reply of TB.MCONSUME: `[allowed, retry_after_ms, remaining_1, ...]`,
- * and with ATMOST one more, `granted`.
- */
-export class MultiResult {
-  constructor(allowed, retryAfterMs, remaining, granted = null, leaseIds = null) {
-    this.allowed = allowed;
-    this.retryAfterMs = retryAfterMs;
-    this.remaining = Object.freeze(remaining);
-    /** With `atmost`: the grant of every part asking for the largest n; else null. */
-    this.granted = granted;
-    /** With LEASE parts: every part's lease id (0 for a part taken, and when denied); else null. */
-    this.leaseIds = leaseIds === null ? null : Object.freeze(leaseIds);
-    Object.freeze(this);
-  }
-
-  /** Builds a result from the reply (`leases`: it ends with a lease id per part). */
-  static fromReply(reply, atmost = false, leases = false) {
-    const [a, retry, ...remaining] = reply.map(int);
-    const granted = atmost ? remaining.pop() : null;
-    const leaseIds = leases ? remaining.splice(remaining.length / 2) : null;
-    return new MultiResult(a === 1, retry, remaining, granted, leaseIds);
-  }
-
-  /** True when some bucket can never give its n. */
-  get never() {
-    return this.retryAfterMs < 0;
-  }
-
-  get retryAfter() {
-    return seconds(this.retryAfterMs);
-  }
-
-  get reply() {
-    const extra = this.granted === null ? [] : [this.granted];
-    return [this.allowed ? 1 : 0, this.retryAfterMs, ...this.remaining, ...extra, ...(this.leaseIds ?? [])];
-  }
-}
-
-/**
- * The reply of TB.INFO as numbers: the bucket as of now (read-only).
- * `tokens` and `rate` are also given as the server's exact decimals.
- */
-export class BucketInfo {
-  constructor(fields) {
-    /** Tokens now (negative while reservations are pending). */
-    this.tokens = Number(fields.tokens);
-    /** `tokens` as the server's exact decimal string (e.g. `"-1.992"`). */
-    this.tokensExact = fields.tokens;
-    this.capacity = int(fields.capacity);
-    /** Tokens per second. */
-    this.rate = Number(fields.rate);
-    /** `rate` as the server's decimal string (`100/m` is `"1.666666666667"`). */
-    this.rateExact = fields.rate;
-    /** Server time (ms since the epoch) of the stored state. */
-    this.updatedAtMs = int(fields.updated_at_ms);
-    /** Milliseconds until the bucket is full; -1 for never. */
-    this.resetAfterMs = int(fields.reset_after_ms);
-    /** Milliseconds until the key expires; -1 for no expiry. */
-    this.ttlMs = int(fields.ttl_ms);
-    /** Calls queued on the bucket now (waiting for a grant, FLOW or not); 0 when none. */
-    this.waiting = fields.waiting === undefined ? 0 : int(fields.waiting);
-    /**
-     * The flows with calls queued on the bucket, in the order they will be
-     * served next: `{ name, weight, waiting }` (the name decoded as UTF-8;
-     * the default flow of calls queued without FLOW has the name `''`);
-     * empty when none wait.
-     */
-    this.flows = Object.freeze(flowsOf(fields.waiting_flows ?? []));
-    Object.freeze(this);
-  }
-
-  /** Builds the info from TB.INFO's flat field/value array. */
-  static fromReply(reply) {
-    const fields = {};
-    for (let i = 0; i + 1 < reply.length; i += 2) {
-      const v = reply[i + 1];
-      fields[text(reply[i])] = Array.isArray(v) ? v : text(v);
-    }
-    return new BucketInfo(fields);
-  }
-}
-
-/** `waiting_flows`, a flat `[name, weight, waiting, ...]`, as frozen `{ name, weight, waiting }`. */
-function flowsOf(flat) {
-  const out = [];
-  for (let i = 0; i + 2 < flat.length; i += 3) {
-    out.push(Object.freeze({ name: text(flat[i]), weight: int(flat[i + 1]), waiting: int(flat[i + 2]) }));
-  }
-  return out;
-}
-
-// ---------------------------------------------------------------------------
-// Arguments
-// ---------------------------------------------------------------------------
-
-/** A rate as the commands take it: `'10'`, `'0.5'`, `'100/m'`, `'1e-3'`, or a number. */
-function rateArg(rate) {
-  if (typeof rate === 'string') return rate;
-  if (typeof rate === 'number') {
-    if (!Number.isFinite(rate) || rate < 0) throw new RangeError(`rate must be finite and >= 0, got ${rate}`);
-    return String(rate); // shortest exact spelling: 0.5, 1e-7, 2500000000
-  }
-  throw new TypeError(`rate must be a string or a number, not ${typeof rate}`);
-}
-
-/** A token count: an integer from 0 to 2^53 (a number or a bigint). */
-function amountArg(n, what = 'n') {
-  if (typeof n === 'bigint') {
-    if (n < 0n || n > BigInt(MAX_AMOUNT)) throw new RangeError(`${what} must be from 0 to 2^53, got ${n}`);
-    return n.toString();
-  }
-  if (typeof n !== 'number' || !Number.isInteger(n)) throw new TypeError(`${what} must be an integer, got ${n}`);
-  if (n < 0 || n > MAX_AMOUNT) throw new RangeError(`${what} must be from 0 to 2^53, got ${n}`);
-  return String(n);
-}
-
-/** A wait in milliseconds, rounded down so the server never waits longer than asked. */
-function waitArg(ms, what) {
-  if (typeof ms !== 'number' || !(ms >= 0) || ms === Infinity) {
-    throw new RangeError(`${what} must be a finite number of milliseconds >= 0, got ${ms}`);
-  }
-  return Math.min(Math.floor(ms), MAX_WAIT_ARG_MS);
-}
-
-/**
- * `FLOW name [WEIGHT w]` (WEIGHT left out when 1), or nothing without a
- * flow; checked as the server checks them, before any round trip: a name
- * of the wrong size or a weight out of range is a RangeError with the
- * server's error line (a string is counted in UTF-8 bytes).
- * @param {string | Buffer | undefined | null} flow
- * @param {number | undefined | null} weight
- * @returns {(string | Buffer)[]}
- */
-function flowArgs(flow, weight = 1) {
-  const w = weight ?? 1;
-  if (typeof w !== 'number') throw new TypeError(`weight must be a number, not ${typeof w}`);
-  if (flow === undefined || flow === null) {
-    if (w !== 1) throw new RangeError(ERR_WEIGHT);
-    return [];
-  }
-  if (typeof flow !== 'string' && !Buffer.isBuffer(flow)) {
-    throw new TypeError(`flow must be a string or a Buffer, not ${typeof flow}`);
-  }
-  const bytes = Buffer.isBuffer(flow) ? flow.length : Buffer.byteLength(flow);
-  if (bytes < 1 || bytes > MAX_FLOW_NAME) throw new RangeError(ERR_FLOW_NAME);
-  if (!Number.isInteger(w) || w < 1 || w > MAX_WEIGHT) throw new RangeError(ERR_WEIGHT);
-  return w === 1 ? ['FLOW', flow] : ['FLOW', flow, 'WEIGHT', String(w)];
-}
-
-/** Waits `ms`; an aborted `signal` ends the wait with its reason. */
-async function pause(ms, signal) {
-  try {
-    await sleep(ms, undefined, { signal });
-  } catch (e) {
-    throw signal?.aborted ? signal.reason : e;
-  }
-}
-
-/** Waits `ms` for a reservation; if `signal` aborts first, runs `giveBack`, then throws the reason. */
-async function waitReserved(ms, signal, giveBack) {
-  try {
-    await pause(ms, signal);
-  } catch (e) {
-    if (signal?.aborted) {
-      // The reservation is ours and will not be used: give it back. Best
-      // effort: if the refund fails too, the tokens stay taken (the safe side).
-      await giveBack().catch(() => {});
-    }
-    throw e;
-  }
-}
 
 // ---------------------------------------------------------------------------
 // Limiter and buckets
@@ -396,6 +70,10 @@ async function waitReserved(ms, signal, giveBack) {
  * first reservation the server refuses as too long.
  */
 export class Limiter {
+  /**
+   * @param {any} client
+   * @param {{ backend?: 'auto' | 'module' | 'lua', maxWaitMs?: number }} [options]
+   */
   constructor(client, { backend = 'auto', maxWaitMs } = {}) {
     if (!['auto', 'module', 'lua'].includes(backend)) {
       throw new RangeError(`backend must be 'auto', 'module' or 'lua', not ${JSON.stringify(backend)}`);
@@ -459,14 +137,14 @@ export class Limiter {
     try {
       return await conn.send(['EVALSHA', SCRIPT_SHA1, String(keys.length)], keys, tail);
     } catch (e) {
-      if (!(isReplyError(e) && String(e.message).startsWith('NOSCRIPT'))) throw asCommandError(name, e);
+      if (!(isReplyError(e) && String(/** @type {any} */ (e).message).startsWith('NOSCRIPT'))) throw asCommandError(name, e);
     }
     // Not cached on that server (a restart, a failover, another node): EVAL
     // runs it and caches it for the next EVALSHA.
     try {
       return await conn.send(['EVAL', SCRIPT, String(keys.length)], keys, tail);
     } catch (e) {
-      if (!(isReplyError(e) && /^NOPERM.*'eval'/i.test(String(e.message)))) throw asCommandError(name, e);
+      if (!(isReplyError(e) && /^NOPERM.*'eval'/i.test(String(/** @type {any} */ (e).message)))) throw asCommandError(name, e);
     }
     // A user allowed EVALSHA and SCRIPT LOAD but not EVAL: load it on the
     // node that serves the key, then run it.
@@ -502,6 +180,8 @@ export class Limiter {
    * tokens per minute...). With `maxWaitMs`, every bucket goes into debt if
    * all will have refilled by then, and `retryAfterMs` is the wait before
    * proceeding. In a cluster the keys must share a slot (`{tenant}:rpm`).
+   * @param {Iterable<any>} parts
+   * @param {{ maxWaitMs?: number, atmost?: boolean, chunk?: number | bigint }} [options]
    */
   async consumeMany(parts, { maxWaitMs, atmost = false, chunk } = {}) {
     if (atmost && maxWaitMs !== undefined) throw new RangeError('atmost cannot be combined with maxWaitMs');
@@ -533,6 +213,8 @@ export class Limiter {
    * the server (TB.MCONSUME ... BLOCK ms FLOW name [WEIGHT w], module only,
    * on a dedicated connection) in the flow's queue of the bucket that makes
    * it wait, reserving nothing, all or nothing; ignored on the Lua fallback.
+   * @param {Iterable<any>} parts
+   * @param {{ timeoutMs?: number, signal?: AbortSignal, flow?: string | Buffer, weight?: number }} [options]
    */
   async acquireMany(parts, { timeoutMs, signal, flow, weight } = {}) {
     const queued = flowArgs(flow, weight);
@@ -585,6 +267,8 @@ export class Limiter {
    * and `weight` (see {@link TokenBucket#acquire}) wait on the server in
    * the flow's queue of the bucket that makes the call wait, as `block`
    * does (with or without it); ignored on the Lua fallback.
+   * @param {Iterable<any>} parts
+   * @param {{ ttlMs?: number, timeoutMs?: number, signal?: AbortSignal, block?: boolean, flow?: string | Buffer, weight?: number }} [options]
    */
   async leaseMany(parts, { ttlMs, timeoutMs, signal, block = false, flow, weight } = {}) {
     const queued = flowArgs(flow, weight);
@@ -709,6 +393,8 @@ export class TokenBucket {
    * there, at least `chunk` (default 1, or all of `n` when smaller), and a
    * denial's wait is the wait for `chunk`; `granted` says how many). `n = 0`
    * is a peek.
+   * @param {number | bigint} [n]
+   * @param {{ atmost?: boolean, chunk?: number | bigint }} [options]
    */
   async consume(n = 1, { atmost = false, chunk } = {}) {
     const args = this._args(n, ...atmostArgs(atmost, chunk));
@@ -735,6 +421,8 @@ export class TokenBucket {
    * that long, then proceed. Later callers queue behind: first come, first
    * served across the fleet. Otherwise a denial (`allowed` false) that says
    * when to ask again.
+   * @param {number | bigint} [n]
+   * @param {{ maxWaitMs?: number }} [options]
    */
   async reserve(n = 1, { maxWaitMs } = {}) {
     return Result.fromReply((await this._reserve(n, maxWaitMs)).reply);
@@ -770,6 +458,8 @@ export class TokenBucket {
    * nothing; while several flows wait on the bucket, grants go to them in
    * proportion to their weights, first come first served within a flow.
    * On the Lua fallback the flow is ignored (the call waits as without it).
+   * @param {number | bigint} [n]
+   * @param {{ timeoutMs?: number, signal?: AbortSignal, block?: boolean, flow?: string | Buffer, weight?: number }} [options]
    */
   async acquire(n = 1, { timeoutMs, signal, block = false, flow, weight } = {}) {
     const queued = flowArgs(flow, weight);
@@ -883,6 +573,8 @@ export class TokenBucket {
    * wait on the server in its flow's queue, as `block: true` does (with or
    * without it): weighted fair share across flows. Ignored on the Lua
    * fallback, which polls.
+   * @param {number | bigint} [n]
+   * @param {{ ttlMs?: number, timeoutMs?: number, signal?: AbortSignal, keep?: boolean, block?: boolean, flow?: string | Buffer, weight?: number }} [options]
    */
   async lease(n = 1, { ttlMs, timeoutMs, signal, keep = false, block = false, flow, weight } = {}) {
     const lease = ['LEASE', String(leaseTtl(ttlMs)), ...(keep ? ['KEEP'] : [])];
@@ -955,346 +647,5 @@ export class TokenBucket {
   async info() {
     const reply = await this.limiter._run(this.limiter._conn, 'TB.INFO', [this.key], []);
     return reply === null ? null : BucketInfo.fromReply(reply);
-  }
-}
-
-/** A lease TTL in ms, checked. */
-function leaseTtl(ttlMs) {
-  const ttl = waitArg(ttlMs, 'ttlMs');
-  if (ttl < 1) throw new RangeError('ttlMs must be at least 1');
-  return ttl;
-}
-
-/**
- * Runs `call()` until it grants, backing off from 10 ms to 500 ms (never
- * past the wait the server names, nor past `deadline`, a Date.now() time or
- * null for none); then
- * {@link RateLimited}. A grant that arrives after `signal` aborted is given
- * back (`undo`) and the reason thrown.
- */
-/**
- * Waits in the server's queue of a bucket (BLOCK with LEASE, or with FLOW)
- * on a dedicated connection of `limiter`, until `deadline`: `send(conn,
- * waitMs)` runs the command, `parse` reads its reply, `undo(granted)` gives
- * back a grant that arrived after `signal` aborted (an abort closes the
- * connection: the server drops a call still queued). Returns null when the
- * server cannot wait so (the Lua fallback, or a module without BLOCK with
- * LEASE): the caller polls.
- */
-async function blockLease(limiter, send, parse, label, deadline, signal, undo) {
-  let backoff = 10;
-  for (;;) {
-    signal?.throwIfAborted();
-    const left = deadline === null ? limiter.maxWaitMs : Math.max(0, deadline - Date.now());
-    const started = Date.now();
-    let asked = left;
-    const conn = await limiter._lease();
-    let broken = false;
-    // Aborted: close the connection, so the server drops the call from the
-    // queue at once (a queued call takes nothing until granted); a grant
-    // already on its way is given back by `undo`.
-    const leave = () => {
-      broken = true;
-      Promise.resolve()
-        .then(() => conn.close())
-        .catch(() => {});
-    };
-    signal?.addEventListener('abort', leave, { once: true });
-    const done = limiter
-      ._withWait(left, (w) => send(conn, w))
-      .then(
-        ({ reply, windowMs }) => {
-          asked = windowMs;
-          return parse(reply);
-        },
-        (e) => {
-          broken ||= !(e instanceof CommandError);
-          if (limiter.backend === 'lua' || /LEASE cannot be combined/.test(String(e.message))) return null;
-          throw e;
-        },
-      )
-      .finally(() => {
-        signal?.removeEventListener('abort', leave);
-        limiter._release(conn, broken);
-      });
-    const r = await (signal ? abortable(done, signal, (g) => (g ? undo(g) : null)) : done);
-    if (r === null || r.allowed) return r;
-    if (r.never || (deadline !== null && Date.now() >= deadline)) throw new RateLimited(label, r);
-    if (Date.now() - started < 0.9 * asked) {
-      // Answered without waiting (the server's tb.max-blocked or memory
-      // bound): back off as polling does.
-      const rest = deadline === null ? Infinity : deadline - Date.now();
-      await pause(Math.max(1, Math.min(backoff, r.retryAfterMs, rest)), signal);
-      backoff = Math.min(backoff * 2, 500);
-    }
-  }
-}
-
-async function pollLease(call, label, deadline, signal, undo) {
-  let backoff = 10;
-  for (;;) {
-    signal?.throwIfAborted();
-    const r = await call();
-    if (r.allowed) {
-      if (signal?.aborted) {
-        await Promise.resolve(undo(r)).catch(() => {});
-        throw signal.reason;
-      }
-      return r;
-    }
-    const left = deadline === null ? Infinity : deadline - Date.now();
-    if (r.never || left <= 0) throw new RateLimited(label, r);
-    await pause(Math.max(1, Math.min(backoff, r.retryAfterMs, left)), signal);
-    backoff = Math.min(backoff * 2, 500);
-  }
-}
-
-/** Runs `fn(lease)`, then ends the lease by how `fn` ended (see Limiter#withLeases). */
-function runLeased(lease, fn, returnOn) {
-  return lease.run(fn, { returnOn });
-}
-
-/** See {@link Lease#run}. */
-async function runHeld(lease, fn, returnOn) {
-  let out;
-  try {
-    out = await fn(lease);
-  } catch (e) {
-    let notSent = isNotSent(e);
-    if (!notSent && returnOn) {
-      try {
-        notSent = Boolean(returnOn(e));
-      } catch {
-        notSent = false; // a failing predicate cannot say the request was not sent
-      }
-    }
-    // Best effort: the body's error is what the caller sees. A lost call
-    // leaves an estimate to its KEEP expiry and a slot to its TTL.
-    await (notSent ? lease.giveBack() : lease.failed()).catch(() => {});
-    throw e;
-  }
-  if (lease.used === undefined && out && typeof out === 'object' && 'used' in out) lease.used = out.used;
-  await lease.done();
-  return out;
-}
-
-/**
- * Leases held (from `bucket.lease`/`withLease`, or `limiter.leaseMany`/
- * `withLeases`): `result` is the grant, `leaseIds` the id of each part
- * (0 for a part taken). Set `used` to the tokens the call used: estimates
- * are settled to it on a normal exit. Ending it:
- * - `done()`: slots released, estimates settled to `used` (released if
- *   unset);
- * - `failed()` (the call may have reached the provider): estimates settled
- *   at the estimate, slots left held until their TTL;
- * - `giveBack()` (the request never left): leases released, taken parts
- *   refunded.
- * Only the first of these does anything.
- */
-export class Lease {
-  constructor(parts, result) {
-    this._parts = parts;
-    /** The grant: a Result (one bucket) or a MultiResult. */
-    this.result = result;
-    /** Lease id of each part, 0 for a part taken. */
-    this.leaseIds = result.leaseIds ?? [result.leaseId];
-    /** Tokens used, to settle the estimates to on a normal exit. */
-    this.used = undefined;
-    this._ended = false;
-  }
-
-  /**
-   * Runs `fn(this)` and ends the lease by how it ended: returned, `done()`
-   * (`used` also from a returned `{ used }`); threw a NotSentError (or an
-   * error `returnOn` accepts), `giveBack()`; threw anything else,
-   * `failed()`. The body's error is rethrown; a call that fails while
-   * ending a failed lease is ignored (the tokens stay taken: the safe side).
-   */
-  run(fn, { returnOn } = {}) {
-    return runHeld(this, fn, returnOn);
-  }
-
-  /** The lease id of the first leased part (the only one of `bucket.lease`). */
-  get leaseId() {
-    return this.leaseIds.find((id) => id > 0) ?? 0;
-  }
-
-  _end() {
-    if (this._ended) return false;
-    this._ended = true;
-    return true;
-  }
-
-  _each(fn) {
-    return Promise.all(this._parts.map((p, j) => fn(p, this.leaseIds[j])));
-  }
-
-  /** A normal exit: slots released, estimates settled to `used` (released if unset). */
-  async done() {
-    if (!this._end()) return;
-    const single = this._parts.length === 1;
-    await this._each(({ bucket, kind }, id) => {
-      if (!id) return null;
-      const settle = this.used !== undefined && (kind === 'estimate' || single);
-      return settle ? bucket.settle(id, this.used) : bucket.release(id);
-    });
-  }
-
-  /** The call failed and may have been sent: estimates kept charged, slots held until their TTL. */
-  async failed() {
-    if (!this._end()) return;
-    await this._each(({ bucket, n, kind }, id) => (id && kind === 'estimate' ? bucket.settle(id, n) : null));
-  }
-
-  /** The request never left: every lease released, the parts taken refunded. */
-  async giveBack() {
-    if (!this._end()) return;
-    await this._each(({ bucket, n }, id) => (id ? bucket.release(id) : Number(n) > 0 ? bucket.refund(n) : null));
-  }
-}
-
-/**
- * `promise`, or `signal`'s reason once it aborts; what the promise gives
- * after an abort goes to `undo` (a lease granted too late is given back).
- */
-function abortable(promise, signal, undo) {
-  return new Promise((resolve, reject) => {
-    const onAbort = () => {
-      reject(signal.reason);
-      promise.then(undo).catch(() => {});
-    };
-    signal.addEventListener('abort', onAbort, { once: true });
-    promise.then(
-      (v) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(v);
-      },
-      (e) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(e);
-      },
-    );
-  });
-}
-
-/**
- * Hot keys: a bucket's tokens handed out locally from batches of up to
- * `batch` taken in one call (`TB.CONSUME ... ATMOST batch MIN n`), made by
- * `bucket.batched(batch, { holdMs, maxHoldMs })`. Every token handed out was
- * granted by the server, so the fleet's bound stays exact. What is held and
- * not handed out goes back (TB.REFUND) after `holdMs` with no request, on
- * `close()`, and at the latest `maxHoldMs` after it was taken: hoarding keeps
- * tokens from other workers for at most `maxHoldMs`. One call at a time: a
- * request that finds the batch empty while a call is on its way waits for it.
- */
-export class Batcher {
-  constructor(bucket, batch, { holdMs = 50, maxHoldMs = 500 } = {}) {
-    if (!Number.isSafeInteger(batch) || batch < 1) throw new RangeError('batch must be an integer of at least 1');
-    if (batch > bucket.capacity) {
-      throw new RangeError(`batch (${batch}) must not exceed the bucket's capacity (${bucket.capacity})`);
-    }
-    if (!(holdMs >= 0 && holdMs <= maxHoldMs)) throw new RangeError('need 0 <= holdMs <= maxHoldMs');
-    this.bucket = bucket;
-    this.batch = batch;
-    this.holdMs = holdMs;
-    this.maxHoldMs = maxHoldMs;
-    /** Tokens taken from the server and not handed out yet. */
-    this.held = 0;
-    /** Tokens handed out, batches taken (one call each), tokens given back. */
-    this.handedOut = 0;
-    this.batches = 0;
-    this.givenBack = 0;
-    this._takenAt = 0;
-    this._lastUse = 0;
-    this._closed = false;
-    this._pending = null;
-    this._timer = null;
-  }
-
-  _serve(n) {
-    if (this._closed) throw new Error('the batcher is closed');
-    if (this.held < n) return false;
-    this.held -= n;
-    this.handedOut += n;
-    this._lastUse = Date.now();
-    return true;
-  }
-
-  /**
-   * Takes `n` tokens: from the batch when it has them (returns null, no
-   * call), else with one call that takes a new batch; returns that call's
-   * reply (`allowed`: the n tokens were handed out; `retryAfterMs`: when
-   * they could be).
-   */
-  async consume(n = 1) {
-    if (!Number.isSafeInteger(n) || n < 1) throw new RangeError('n must be an integer of at least 1');
-    if (this._serve(n)) return null;
-    while (this._pending) {
-      await this._pending.catch(() => {});
-      if (this._serve(n)) return null;
-    }
-    const want = Math.max(this.batch, n) - this.held;
-    this._pending = this.bucket.consume(want, { atmost: true, chunk: n - this.held });
-    let r;
-    try {
-      r = await this._pending;
-    } finally {
-      this._pending = null;
-    }
-    if (r.allowed && r.granted > 0) {
-      this.held += r.granted;
-      this.batches += 1;
-      this._takenAt = Date.now();
-      this._serve(n);
-      this._schedule();
-    }
-    return r;
-  }
-
-  /** Takes `n` tokens, sleeping between calls; RateLimited when never or past `timeoutMs`. */
-  async acquire(n = 1, { timeoutMs } = {}) {
-    const deadline = timeoutMs === undefined ? null : Date.now() + waitArg(timeoutMs, 'timeoutMs');
-    for (;;) {
-      const r = await this.consume(n);
-      if (r === null || r.allowed) return;
-      if (r.never || (deadline !== null && Date.now() + r.retryAfterMs > deadline)) {
-        throw new RateLimited(this.bucket.key, r);
-      }
-      await sleep(r.retryAfterMs);
-    }
-  }
-
-  /** Gives back what is held and stops the timer. Idempotent. */
-  async close() {
-    this._closed = true;
-    clearTimeout(this._timer);
-    await this._pending?.catch(() => {});
-    await this._giveBack();
-  }
-
-  _due() {
-    return Math.min(this._lastUse + this.holdMs, this._takenAt + this.maxHoldMs);
-  }
-
-  _schedule() {
-    clearTimeout(this._timer);
-    if (this.held === 0 || this._closed) return;
-    this._timer = setTimeout(() => {
-      if (Date.now() >= this._due()) {
-        this._giveBack().catch(() => {}); // a lost refund admits less, never more
-      } else {
-        this._schedule();
-      }
-    }, Math.max(0, this._due() - Date.now()));
-    this._timer.unref?.();
-  }
-
-  async _giveBack() {
-    const n = this.held;
-    this.held = 0;
-    if (n > 0) {
-      this.givenBack += n;
-      await this.bucket.refund(n);
-    }
   }
 }

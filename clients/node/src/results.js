@@ -1,0 +1,148 @@
+// The replies of TB.CONSUME, TB.MCONSUME and TB.INFO as objects.
+
+export function int(x) {
+  return typeof x === 'number' ? x : Number(Buffer.isBuffer(x) ? x.toString() : x);
+}
+
+function text(x) {
+  return Buffer.isBuffer(x) ? x.toString() : String(x);
+}
+
+/** Milliseconds to seconds; -1 (never) is Infinity. */
+function seconds(ms) {
+  return ms < 0 ? Infinity : ms / 1000;
+}
+
+/**
+ * The reply of TB.CONSUME: `[allowed, remaining, retry_after_ms,
+ * reset_after_ms, granted]`. `retryAfterMs` is 0 when allowed now, the wait
+ * (rounded up, never optimistic) when denied or reserved, -1 when the request
+ * can never succeed; `resetAfterMs` is -1 for a bucket that never refills.
+ * A denial carries `retryAfterMs > 0` too: check `allowed`, never the wait.
+ */
+export class Result {
+  constructor(allowed, remaining, retryAfterMs, resetAfterMs, granted, leaseId = null) {
+    this.allowed = allowed;
+    this.remaining = remaining;
+    this.retryAfterMs = retryAfterMs;
+    this.resetAfterMs = resetAfterMs;
+    this.granted = granted;
+    /** With LEASE: the lease id (0 when denied); else null. */
+    this.leaseId = leaseId;
+    Object.freeze(this);
+  }
+
+  /** Builds a result from the reply's five integers (six with a lease id). */
+  static fromReply(reply) {
+    const [a, rem, retry, reset, granted, leaseId] = reply.map(int);
+    return new Result(a === 1, rem, retry, reset, granted, reply.length > 5 ? leaseId : null);
+  }
+
+  /** True when the request can never succeed (n > capacity, or rate 0 and too few tokens). */
+  get never() {
+    return this.retryAfterMs < 0;
+  }
+
+  /** Seconds to wait before proceeding (or retrying); Infinity for never. */
+  get retryAfter() {
+    return seconds(this.retryAfterMs);
+  }
+
+  /** The reply as the server sent it. */
+  get reply() {
+    const head = [this.allowed ? 1 : 0, this.remaining, this.retryAfterMs, this.resetAfterMs, this.granted];
+    return this.leaseId === null ? head : [...head, this.leaseId];
+  }
+}
+
+/**
+ * The reply of TB.MCONSUME: `[allowed, retry_after_ms, remaining_1, ...]`,
+ * and with ATMOST one more, `granted`.
+ */
+export class MultiResult {
+  constructor(allowed, retryAfterMs, remaining, granted = null, leaseIds = null) {
+    this.allowed = allowed;
+    this.retryAfterMs = retryAfterMs;
+    this.remaining = Object.freeze(remaining);
+    /** With `atmost`: the grant of every part asking for the largest n; else null. */
+    this.granted = granted;
+    /** With LEASE parts: every part's lease id (0 for a part taken, and when denied); else null. */
+    this.leaseIds = leaseIds === null ? null : Object.freeze(leaseIds);
+    Object.freeze(this);
+  }
+
+  /** Builds a result from the reply (`leases`: it ends with a lease id per part). */
+  static fromReply(reply, atmost = false, leases = false) {
+    const [a, retry, ...remaining] = reply.map(int);
+    const granted = atmost ? remaining.pop() : null;
+    const leaseIds = leases ? remaining.splice(remaining.length / 2) : null;
+    return new MultiResult(a === 1, retry, remaining, granted, leaseIds);
+  }
+
+  /** True when some bucket can never give its n. */
+  get never() {
+    return this.retryAfterMs < 0;
+  }
+
+  get retryAfter() {
+    return seconds(this.retryAfterMs);
+  }
+
+  get reply() {
+    const extra = this.granted === null ? [] : [this.granted];
+    return [this.allowed ? 1 : 0, this.retryAfterMs, ...this.remaining, ...extra, ...(this.leaseIds ?? [])];
+  }
+}
+
+/**
+ * The reply of TB.INFO as numbers: the bucket as of now (read-only).
+ * `tokens` and `rate` are also given as the server's exact decimals.
+ */
+export class BucketInfo {
+  constructor(fields) {
+    /** Tokens now (negative while reservations are pending). */
+    this.tokens = Number(fields.tokens);
+    /** `tokens` as the server's exact decimal string (e.g. `"-1.992"`). */
+    this.tokensExact = fields.tokens;
+    this.capacity = int(fields.capacity);
+    /** Tokens per second. */
+    this.rate = Number(fields.rate);
+    /** `rate` as the server's decimal string (`100/m` is `"1.666666666667"`). */
+    this.rateExact = fields.rate;
+    /** Server time (ms since the epoch) of the stored state. */
+    this.updatedAtMs = int(fields.updated_at_ms);
+    /** Milliseconds until the bucket is full; -1 for never. */
+    this.resetAfterMs = int(fields.reset_after_ms);
+    /** Milliseconds until the key expires; -1 for no expiry. */
+    this.ttlMs = int(fields.ttl_ms);
+    /** Calls queued on the bucket now (waiting for a grant, FLOW or not); 0 when none. */
+    this.waiting = fields.waiting === undefined ? 0 : int(fields.waiting);
+    /**
+     * The flows with calls queued on the bucket, in the order they will be
+     * served next: `{ name, weight, waiting }` (the name decoded as UTF-8;
+     * the default flow of calls queued without FLOW has the name `''`);
+     * empty when none wait.
+     */
+    this.flows = Object.freeze(flowsOf(fields.waiting_flows ?? []));
+    Object.freeze(this);
+  }
+
+  /** Builds the info from TB.INFO's flat field/value array. */
+  static fromReply(reply) {
+    const fields = {};
+    for (let i = 0; i + 1 < reply.length; i += 2) {
+      const v = reply[i + 1];
+      fields[text(reply[i])] = Array.isArray(v) ? v : text(v);
+    }
+    return new BucketInfo(fields);
+  }
+}
+
+/** `waiting_flows`, a flat `[name, weight, waiting, ...]`, as frozen `{ name, weight, waiting }`. */
+function flowsOf(flat) {
+  const out = [];
+  for (let i = 0; i + 2 < flat.length; i += 3) {
+    out.push(Object.freeze({ name: text(flat[i]), weight: int(flat[i + 1]), waiting: int(flat[i + 2]) }));
+  }
+  return out;
+}
