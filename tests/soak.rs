@@ -533,7 +533,7 @@ fn settle(m: &Server, r: &Server) -> (i64, i64, String) {
     );
     // Redis shrinks emptied hash tables from serverCron (10 times a second).
     let mut last = (0, 0);
-    eventually("memory to stop moving", Duration::from_secs(30), || {
+    eventually("memory to stop moving", Duration::from_secs(90), || {
         thread::sleep(Duration::from_millis(400));
         let now = (used_memory(&mut mc), used_memory(&mut rc));
         let still = now == last;
