@@ -39,7 +39,7 @@ fuzz_target!(|data: &[u8]| {
             if let Ok(c) = parse::consume_args(a) {
                 assert!(a.len() >= 4 && c.limits.capacity <= MAX_AMOUNT);
                 assert!(c.options.min.is_none_or(|m| m >= 1 && m <= c.limits.capacity));
-                let (flow, rest) = parse::split_flow(&a[4..], ERR_OPTION).expect("FLOW was valid");
+                let (flow, rest) = parse::split_flow(a[4..].to_vec(), ERR_OPTION).expect("FLOW was valid");
                 assert_eq!(flow, c.flow, "{a:?}");
                 if let Some(f) = flow {
                     assert!(matches!(c.options.wait, parse::Wait::Block(_)), "{a:?}");

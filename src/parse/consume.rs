@@ -120,7 +120,7 @@ pub fn consume_args<'a>(a: &(impl Argv<'a> + ?Sized)) -> Result<ConsumeArgs<'a>,
         capacity: amount(nth(a, 3)?, ERR_CAPACITY)?,
     };
     let rest: Vec<&[u8]> = (4..a.count()).map(|i| a.arg(i)).collect();
-    let (flow, rest) = split_flow(&rest, ERR_OPTION)?;
+    let (flow, rest) = split_flow(rest, ERR_OPTION)?;
     let (lease, rest) = split_lease(&rest)?;
     let lease_ttl_ms = lease.map(|(ttl, _)| ttl);
     let options = consume_options(rest.into_iter())?;
@@ -185,11 +185,13 @@ pub fn flow_at<'a>(args: &[&'a [u8]]) -> Result<(Flow<'a>, usize), ParseError> {
 /// whatever keyword it spells); `repeated` is the error for a second FLOW.
 /// A WEIGHT elsewhere is [`ERR_WEIGHT`].
 pub fn split_flow<'a>(
-    args: &[&'a [u8]],
+    mut args: Vec<&'a [u8]>,
     repeated: ParseError,
 ) -> Result<(Option<Flow<'a>>, Vec<&'a [u8]>), ParseError> {
     let mut flow = None;
-    let mut rest = Vec::with_capacity(args.len());
+    // In place: a call without FLOW (every TB.CONSUME of the hot path)
+    // allocates nothing here.
+    let mut kept = 0;
     let mut i = 0;
     while i < args.len() {
         if is_keyword(args[i], "FLOW") {
@@ -202,11 +204,13 @@ pub fn split_flow<'a>(
         } else if is_keyword(args[i], "WEIGHT") {
             return Err(ERR_WEIGHT);
         } else {
-            rest.push(args[i]);
+            args[kept] = args[i];
+            kept += 1;
             i += 1;
         }
     }
-    Ok((flow, rest))
+    args.truncate(kept);
+    Ok((flow, args))
 }
 
 /// A lease's TTL in ms and whether it keeps its tokens at expiry (`KEEP`).
