@@ -3,9 +3,15 @@
 
 import { setTimeout as sleep } from 'node:timers/promises';
 
+/** @import { Amount, Rate } from './index.js' */
+
 import { ERR_FLOW_NAME, ERR_WEIGHT, MAX_AMOUNT, MAX_FLOW_NAME, MAX_WEIGHT, MAX_WAIT_MS as MAX_WAIT_ARG_MS } from './catalogue.js';
 
-/** A rate as the commands take it: `'10'`, `'0.5'`, `'100/m'`, `'1e-3'`, or a number. */
+/**
+ * A rate as the commands take it: `'10'`, `'0.5'`, `'100/m'`, `'1e-3'`, or a number.
+ * @param {Rate} rate
+ * @returns {string}
+ */
 export function rateArg(rate) {
   if (typeof rate === 'string') return rate;
   if (typeof rate === 'number') {
@@ -15,7 +21,12 @@ export function rateArg(rate) {
   throw new TypeError(`rate must be a string or a number, not ${typeof rate}`);
 }
 
-/** A token count: an integer from 0 to 2^53 (a number or a bigint). */
+/**
+ * A token count: an integer from 0 to 2^53 (a number or a bigint).
+ * @param {Amount} n
+ * @param {string} [what] the argument's name in the error
+ * @returns {string}
+ */
 export function amountArg(n, what = 'n') {
   if (typeof n === 'bigint') {
     if (n < 0n || n > BigInt(MAX_AMOUNT)) throw new RangeError(`${what} must be from 0 to 2^53, got ${n}`);
@@ -26,7 +37,12 @@ export function amountArg(n, what = 'n') {
   return String(n);
 }
 
-/** A wait in milliseconds, rounded down so the server never waits longer than asked. */
+/**
+ * A wait in milliseconds, rounded down so the server never waits longer than asked.
+ * @param {number} ms
+ * @param {string} what the argument's name in the error
+ * @returns {number}
+ */
 export function waitArg(ms, what) {
   if (typeof ms !== 'number' || !(ms >= 0) || ms === Infinity) {
     throw new RangeError(`${what} must be a finite number of milliseconds >= 0, got ${ms}`);
@@ -59,7 +75,12 @@ export function flowArgs(flow, weight = 1) {
   return w === 1 ? ['FLOW', flow] : ['FLOW', flow, 'WEIGHT', String(w)];
 }
 
-/** Waits `ms`; an aborted `signal` ends the wait with its reason. */
+/**
+ * Waits `ms`; an aborted `signal` ends the wait with its reason.
+ * @param {number} ms
+ * @param {AbortSignal} [signal]
+ * @returns {Promise<void>}
+ */
 export async function pause(ms, signal) {
   try {
     await sleep(ms, undefined, { signal });
@@ -68,7 +89,13 @@ export async function pause(ms, signal) {
   }
 }
 
-/** Waits `ms` for a reservation; if `signal` aborts first, runs `giveBack`, then throws the reason. */
+/**
+ * Waits `ms` for a reservation; if `signal` aborts first, runs `giveBack`, then throws the reason.
+ * @param {number} ms
+ * @param {AbortSignal | undefined} signal
+ * @param {() => Promise<unknown>} giveBack
+ * @returns {Promise<void>}
+ */
 export async function waitReserved(ms, signal, giveBack) {
   try {
     await pause(ms, signal);

@@ -19,6 +19,69 @@
 
 import { RateLimited, Result } from './index.js';
 
+/** @import { Amount, Lease, LeasePart, Limiter, MultiResult, TokenBucket } from './index.js' */
+
+// The types are structural: BullMQ's Job and Queue fit them (its Job's
+// methods take its own data type: method parameters are compared both
+// ways, so a Job<T> fits JobLike).
+
+/**
+ * What the helper uses of a BullMQ Job.
+ * @typedef {{
+ *   data: unknown,
+ *   readonly attemptsStarted: number,
+ *   updateData(data: unknown): Promise<void>,
+ *   moveToDelayed(timestamp: number, token?: string): Promise<void>,
+ * }} JobLike
+ */
+
+/**
+ * What the helper uses of a BullMQ Queue (the queue-wide case).
+ * @typedef {{ rateLimit(expireTimeMs: number): Promise<void> }} QueueLike
+ */
+
+/**
+ * Fair share: the flow a job waits in (a string or Buffer of 1 to 128 bytes,
+ * or a function of the job giving one, e.g. `(job) => job.data.tenant`; null
+ * or undefined: no flow) and its weight (1 to 1000000, default 1). A job
+ * with a flow waits in the worker, on the server, in its flow's queue, for
+ * at most `maxWaitMs`; ignored on the Lua fallback.
+ * @template {JobLike} [J=JobLike]
+ * @typedef {Object} FlowOf
+ * @property {string | Buffer | ((job: J) => FlowName | Promise<FlowName>)} [flow] The flow's name, or a function of the job giving it.
+ * @property {number | ((job: J) => number | Promise<number>)} [weight] The flow's weight, or a function of the job giving it.
+ */
+
+/** A flow's name; null or undefined: no flow. @typedef {string | Buffer | null | undefined} FlowName */
+
+/**
+ * @template {JobLike} [J=JobLike]
+ * @typedef {Object} LimitOptions
+ * @property {Amount | ((job: J) => Amount | Promise<Amount>)} [cost] Tokens per job (or a function of the job); default 1.
+ * @property {number} [maxWaitMs] The longest wait a reservation may hold (default: the server's `tb.max-wait-ms`).
+ * @property {number} [leadMs] How early a delayed job comes back to wait the rest in the worker; default 250.
+ * @property {QueueLike} [queue] Queue-wide case (one bucket for the whole queue): rate-limit this queue while the bucket's backlog is too long. Not with `flow`.
+ */
+/** @template {JobLike} [J=JobLike] @typedef {FlowOf<J> & LimitOptions<J>} LimitProcessorOptions */
+
+/**
+ * @template {JobLike} [J=JobLike]
+ * @typedef {Object} LeaseOptionsOf
+ * @property {number} ttlMs How long the leases last if the worker vanishes, in ms: longer than the call can take.
+ * @property {number} [maxDelayMs] The longest a job short of a part waits in the delayed set before asking again; default 1000.
+ * @property {(err: unknown) => boolean} [returnOn] Errors that mean the request never left (besides NotSentError): everything is given back.
+ * @property {Limiter} [limiter] The limiter to call (default: the first part's bucket's).
+ * @property {number} [maxWaitMs] With a flow: how long a job waits in its flow's queue before it is delayed (default: the server's `tb.max-wait-ms`).
+ */
+/** @template {JobLike} [J=JobLike] @typedef {FlowOf<J> & LeaseOptionsOf<J>} LeaseProcessorOptions */
+
+/**
+ * A BullMQ processor: what a Worker runs for each job.
+ * @template {JobLike} J
+ * @template R
+ * @typedef {(job: J, token?: string, signal?: AbortSignal) => Promise<R>} Processor
+ */
+
 // No `import 'bullmq'`: the package resolves its imports from its own real
 // path, which is not the user's project when it is installed by path (npm
 // links it), and a second copy of BullMQ would not be the user's anyway.
@@ -29,6 +92,7 @@ import { RateLimited, Result } from './index.js';
 
 /** Thrown after `job.moveToDelayed`: BullMQ leaves the job delayed. */
 class DelayedError extends Error {
+  /** @param {string} [message] */
   constructor(message = 'bullmq:movedToDelayed') {
     super(message);
     this.name = 'DelayedError';
@@ -37,6 +101,7 @@ class DelayedError extends Error {
 
 /** A job that can never succeed: BullMQ fails it without retrying. */
 class UnrecoverableError extends Error {
+  /** @param {string} message */
   constructor(message) {
     super(message);
     this.name = 'UnrecoverableError';
@@ -51,8 +116,14 @@ function rateLimitError() {
 }
 
 /** The field of the job's data that carries its reservation. */
-export const RESERVATION_FIELD = 'tbReservation';
+export const RESERVATION_FIELD = /** @type {const} */ ('tbReservation');
 
+/**
+ * Waits `ms`; an aborted `signal` ends the wait with its reason.
+ * @param {number} ms
+ * @param {AbortSignal | undefined} signal
+ * @returns {Promise<void>}
+ */
 const sleep = (ms, signal) =>
   /** @type {Promise<void>} */ (
   new Promise((resolve, reject) => {
@@ -64,15 +135,23 @@ const sleep = (ms, signal) =>
     }
     function abort() {
       clearTimeout(timer);
-      reject(signal.reason);
+      reject(signal?.reason);
     }
     signal?.addEventListener('abort', abort, { once: true });
   }));
 
+/**
+ * @param {unknown} x
+ * @returns {x is Record<string, unknown>}
+ */
 function isPlainObject(x) {
   return x !== null && typeof x === 'object' && Object.getPrototypeOf(x) === Object.prototype;
 }
 
+/**
+ * @param {string | Buffer} key
+ * @returns {string}
+ */
 function keyText(key) {
   return Buffer.isBuffer(key) ? key.toString('latin1') : String(key);
 }
@@ -119,6 +198,12 @@ function keyText(key) {
  *
  * A job that can never get its tokens (cost above the bucket's capacity)
  * fails with UnrecoverableError.
+ * @template {JobLike} [J=JobLike]
+ * @template [R=unknown]
+ * @param {TokenBucket | ((job: J) => TokenBucket | Promise<TokenBucket>)} bucket
+ * @param {(job: J, token?: string, signal?: AbortSignal) => Promise<R>} processor
+ * @param {LimitProcessorOptions<J>} [options]
+ * @returns {Processor<J, R>}
  */
 export function limitProcessor(bucket, processor, options = {}) {
   if (typeof processor !== 'function') throw new TypeError('processor must be a function');
@@ -128,15 +213,17 @@ export function limitProcessor(bucket, processor, options = {}) {
     throw new RangeError('flow cannot be combined with queue: a rate-limited queue would keep every flow from the bucket');
   }
 
+  /** @type {Processor<J, R>} */
   return async function tbLimitedProcessor(job, token, signal) {
     const b = typeof bucket === 'function' ? await bucket(job) : bucket;
     const n = typeof cost === 'function' ? await cost(job) : cost;
     const f = typeof flow === 'function' ? await flow(job) : flow;
     const key = keyText(b.key);
     const data = job.data;
+    /** @type {Reservation | undefined} */
     let held;
     if (isPlainObject(data) && RESERVATION_FIELD in data) {
-      ({ [RESERVATION_FIELD]: held } = data);
+      held = /** @type {Reservation} */ (data[RESERVATION_FIELD]);
       // The processor sees the job's own data.
       const { [RESERVATION_FIELD]: _, ...own } = data;
       job.data = own;
@@ -164,7 +251,7 @@ export function limitProcessor(bucket, processor, options = {}) {
     }
 
     const { reply, windowMs } = await b._reserve(n, maxWaitMs);
-    const r = Result.fromReply(reply);
+    const r = Result.fromReply(/** @type {unknown[]} */ (reply));
     if (r.allowed) {
       if (r.retryAfterMs === 0) return processor(job, token, signal);
       const due = Date.now() + r.retryAfterMs;
@@ -202,7 +289,19 @@ export function limitProcessor(bucket, processor, options = {}) {
   };
 }
 
-/** Waits `ms` for a reserved turn; if the job is cancelled meanwhile, gives the turn back. */
+/**
+ * A job's reservation, in its data while it is delayed: valid for the
+ * job's next start only.
+ * @typedef {{ due: number, started: number, key: string }} Reservation
+ */
+
+/**
+ * Waits `ms` for a reserved turn; if the job is cancelled meanwhile, gives the turn back.
+ * @param {number} ms
+ * @param {AbortSignal | undefined} signal
+ * @param {() => Promise<unknown>} giveBack
+ * @returns {Promise<void>}
+ */
 async function waitTurn(ms, signal, giveBack) {
   if (ms <= 0) return;
   try {
@@ -240,18 +339,26 @@ async function waitTurn(ms, signal, giveBack) {
  * server, in its flow's queue of the bucket that makes it wait (for at
  * most `maxWaitMs`, default the server's `tb.max-wait-ms`), then is delayed
  * as above if its wait ran out. Ignored on the Lua fallback.
+ * @template {JobLike} [J=JobLike]
+ * @template [R=unknown]
+ * @param {ReadonlyArray<LeasePart> | ((job: J) => ReadonlyArray<LeasePart> | Promise<ReadonlyArray<LeasePart>>)} parts
+ * @param {(job: J, token: string | undefined, signal: AbortSignal | undefined, lease: Lease<MultiResult>) => Promise<R>} processor
+ * @param {LeaseProcessorOptions<J>} options
+ * @returns {Processor<J, R>}
  */
-export function leaseProcessor(parts, processor, options = {}) {
+export function leaseProcessor(parts, processor, options) {
   if (typeof processor !== 'function') throw new TypeError('processor must be a function');
-  const { ttlMs, maxDelayMs = 1000, returnOn, limiter, flow, weight, maxWaitMs } = options;
+  const { ttlMs, maxDelayMs = 1000, returnOn, limiter, flow, weight, maxWaitMs } = options ?? /** @type {LeaseProcessorOptions<J>} */ ({});
   if (!(maxDelayMs >= 1)) throw new RangeError(`maxDelayMs must be >= 1, got ${maxDelayMs}`);
 
+  /** @type {Processor<J, R>} */
   return async function tbLeasedProcessor(job, token, signal) {
     const items = typeof parts === 'function' ? await parts(job) : parts;
     const owner = limiter ?? items[0][0].limiter;
     const f = typeof flow === 'function' ? await flow(job) : flow;
     const queued = f !== undefined && f !== null && owner.backend !== 'lua';
     const w = !queued ? undefined : typeof weight === 'function' ? await weight(job) : weight;
+    /** @type {Lease<MultiResult>} */
     let lease;
     try {
       lease = await owner.leaseMany(
@@ -273,6 +380,7 @@ export function leaseProcessor(parts, processor, options = {}) {
     // returned leaves the slot held until its TTL (the safe side) rather
     // than failing a job whose call was made (a retry would make it again).
     let done = false;
+    /** @type {R | undefined} */
     let out;
     try {
       return await lease.run(
@@ -284,7 +392,7 @@ export function leaseProcessor(parts, processor, options = {}) {
         { returnOn },
       );
     } catch (e) {
-      if (done) return out;
+      if (done) return /** @type {R} */ (out);
       throw e;
     }
   };

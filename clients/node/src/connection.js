@@ -12,27 +12,70 @@
 //   keys of commands they know (ioredis prefixes EVALSHA's keys itself;
 //   node-redis prefixes nothing sent with sendCommand), so the adapter
 //   prefixes the rest.
+//
+// The libraries are typed here by what the adapter uses of them (every
+// supported version of each fits), not imported: the package works with
+// whichever of them the user has, in any version it supports.
+
+/** @import { Key } from './index.js' */
+
+/**
+ * What the adapter uses of a node-redis 4, 5 or 6 client or cluster.
+ * @typedef {Object} NodeRedisClient
+ * @property {(...args: unknown[]) => Promise<unknown>} sendCommand `(args)` on a client, `(firstKey, isReadonly, args)` on a cluster
+ * @property {(overrides?: object) => NodeRedisClient} duplicate
+ * @property {() => Promise<unknown>} connect
+ * @property {(event: string, listener: (...args: unknown[]) => void) => unknown} on
+ * @property {() => unknown} disconnect
+ * @property {() => unknown} [destroy] node-redis 5+
+ * @property {unknown} [getSlotMaster] clusters only
+ * @property {string | Buffer} [_keyPrefix] node-redis 6's prefix
+ * @property {{ keyPrefix?: string | Buffer, socket?: object }} [options]
+ */
+
+/**
+ * What the adapter uses of an ioredis 5 or 6 Redis or Cluster.
+ * @typedef {Object} IoredisClient
+ * @property {(...args: unknown[]) => Promise<unknown>} call
+ * @property {(command: { keys?: unknown }, ...rest: unknown[]) => unknown} sendCommand
+ * @property {boolean} [isCluster]
+ * @property {(...args: unknown[]) => IoredisClient} duplicate
+ * @property {(event: string, listener: (...args: unknown[]) => void) => unknown} on
+ * @property {() => unknown} disconnect
+ * @property {{ keyPrefix?: string, redisOptions?: object, enableAutoPipelining?: boolean }} options
+ */
+
+/** A command's parts after the head: keys, then arguments. @typedef {ReadonlyArray<string | Buffer>} Parts */
+
+/** One interface over both libraries. @typedef {NodeRedisConnection | IoredisConnection} Connection */
 
 /**
  * Wraps a node-redis or ioredis client (or cluster) in one interface:
  * `send(head, keys, tail)`.
  *
- * @param {any} client
+ * @param {unknown} client
+ * @returns {Connection}
  */
 export function connect(client) {
   if (client == null || typeof client !== 'object') {
     throw new TypeError('expected a node-redis or ioredis client (or cluster) object');
   }
-  if (typeof client.call === 'function' && typeof client.sendCommand === 'function' && 'isCluster' in client) {
-    return new IoredisConnection(client);
+  const c = /** @type {Record<string, unknown>} */ (client);
+  if (typeof c.call === 'function' && typeof c.sendCommand === 'function' && 'isCluster' in c) {
+    return new IoredisConnection(/** @type {IoredisClient} */ (client));
   }
-  if (typeof client.sendCommand === 'function' && typeof client.duplicate === 'function') {
-    return new NodeRedisConnection(client);
+  if (typeof c.sendCommand === 'function' && typeof c.duplicate === 'function') {
+    return new NodeRedisConnection(/** @type {NodeRedisClient} */ (client));
   }
   throw new TypeError('expected a node-redis (4+) or ioredis (5+) client (or cluster) object');
 }
 
-/** `key` with `prefix` (a string or Buffer) in front, as the client would. */
+/**
+ * `key` with `prefix` (a string or Buffer) in front, as the client would.
+ * @param {string | Buffer | null | undefined} prefix
+ * @param {Key} key
+ * @returns {Key}
+ */
 function prefixed(prefix, key) {
   if (prefix == null || prefix === '') return key;
   if (Buffer.isBuffer(prefix) || Buffer.isBuffer(key)) {
@@ -43,6 +86,7 @@ function prefixed(prefix, key) {
 
 /** node-redis 4, 5 and 6: `sendCommand(args)`; clusters take the first key. */
 class NodeRedisConnection {
+  /** @param {NodeRedisClient} client */
   constructor(client) {
     this.client = client;
     // Clusters: v4 has getSlotMaster(), v5+ too (and masters, slots).
@@ -51,6 +95,12 @@ class NodeRedisConnection {
     this.close = undefined;
   }
 
+  /**
+   * @param {ReadonlyArray<string>} head
+   * @param {ReadonlyArray<Key>} keys
+   * @param {Parts} tail
+   * @returns {Promise<unknown>}
+   */
   send(head, keys, tail) {
     const c = this.client;
     const ks = keys.map((k) => prefixed(c._keyPrefix ?? c.options?.keyPrefix, k));
@@ -58,7 +108,12 @@ class NodeRedisConnection {
     return this.isCluster ? c.sendCommand(ks[0], false, args) : c.sendCommand(args);
   }
 
-  /** A command without keys, sent where `key` lives (SCRIPT LOAD in a cluster). */
+  /**
+   * A command without keys, sent where `key` lives (SCRIPT LOAD in a cluster).
+   * @param {Key} key
+   * @param {ReadonlyArray<string>} args
+   * @returns {Promise<unknown>}
+   */
   sendTo(key, args) {
     const c = this.client;
     const k = prefixed(c._keyPrefix ?? c.options?.keyPrefix, key);
@@ -70,6 +125,7 @@ class NodeRedisConnection {
    * socket or command timeout (the wait is bounded by the command itself).
    */
   async duplicate() {
+    /** @type {{ commandOptions: undefined, socket?: object }} */
     const overrides = { commandOptions: undefined };
     const socket = this.client.options?.socket;
     if (!this.isCluster && socket) overrides.socket = { ...socket, socketTimeout: undefined };
@@ -84,6 +140,7 @@ class NodeRedisConnection {
 
 /** ioredis 5 and 6: Redis and Cluster. */
 class IoredisConnection {
+  /** @param {IoredisClient} client */
   constructor(client) {
     this.client = client;
     this.isCluster = client.isCluster === true;
@@ -91,6 +148,12 @@ class IoredisConnection {
     this.close = undefined;
   }
 
+  /**
+   * @param {ReadonlyArray<string>} head
+   * @param {ReadonlyArray<Key>} keys
+   * @param {Parts} tail
+   * @returns {Promise<unknown>}
+   */
   send(head, keys, tail) {
     const ks = keys.map((k) => prefixed(this.client.options?.keyPrefix, k));
     // EVALSHA and EVAL ioredis knows: it prefixes their keys itself.
@@ -98,7 +161,12 @@ class IoredisConnection {
     return this._routed(ks, [...head, ...(known ? keys : ks), ...tail]);
   }
 
-  /** A command without keys, sent where `key` lives (SCRIPT LOAD in a cluster). */
+  /**
+   * A command without keys, sent where `key` lives (SCRIPT LOAD in a cluster).
+   * @param {Key} key
+   * @param {ReadonlyArray<string>} args
+   * @returns {Promise<unknown>}
+   */
   sendTo(key, args) {
     return this._routed([prefixed(this.client.options?.keyPrefix, key)], args);
   }
@@ -109,12 +177,20 @@ class IoredisConnection {
    * Cluster routes it by the first one (without them it would go to any
    * node, and follow a MOVED reply if there is one). Auto-pipelining is off
    * in this view: its batches are routed by the keys ioredis finds.
+   * @param {ReadonlyArray<Key>} keys
+   * @param {Parts} args
+   * @returns {Promise<unknown>}
    */
   _routed(keys, args) {
     const c = this.client;
+    /** @type {IoredisClient} */
     const routed = Object.create(c, {
       options: { value: { ...c.options, enableAutoPipelining: false } },
       sendCommand: {
+        /**
+         * @param {{ keys?: unknown }} command
+         * @param {unknown[]} rest
+         */
         value(command, ...rest) {
           command.keys = keys;
           return c.sendCommand(command, ...rest);

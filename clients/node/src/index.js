@@ -25,6 +25,87 @@ export { CommandError, NotSentError, RateLimited } from './errors.js';
 export { Batcher } from './batcher.js';
 export { Lease } from './leases.js';
 
+/** @import { Connection } from './connection.js' */
+/** @import { LeasedPart } from './leases.js' */
+
+/** Which implementation answers: the native module or the Lua script. @typedef {'module' | 'lua'} Backend */
+/** A rate: `'10'`, `'0.5'`, `'100/m'`, `'1e-3'`, or a non-negative number. @typedef {string | number} Rate */
+/** A token count: an integer from 0 to 2^53. @typedef {number | bigint} Amount */
+/** A key: a string, or a Buffer for binary keys. @typedef {string | Buffer} Key */
+/**
+ * A connected client of node-redis 4+ (`createClient`, `createCluster`) or
+ * ioredis 5+ (`Redis`, `Cluster`). Typed loosely so that every version of
+ * both libraries fits; the limiter checks the object at run time.
+ * @typedef {object} RedisClientLike
+ */
+/** A flow with calls waiting on a bucket (`BucketInfo.flows`). @typedef {import('./results.js').FlowInfo} FlowInfo */
+
+/**
+ * @typedef {Object} LimiterOptions
+ * @property {Backend | 'auto'} [backend] `'auto'` (default): the module when the server has it, else the Lua fallback.
+ * @property {number} [maxWaitMs] The server's `tb.max-wait-ms` when known (default: learned, assumed 60000 until then).
+ */
+
+/**
+ * @typedef {Object} ReserveOptions
+ * @property {number} [maxWaitMs] Reserve only if the tokens are due within this many ms (default: the server's longest wait).
+ */
+
+/**
+ * Fair share under saturation: the flow a waiting call belongs to (a
+ * tenant, a priority class) and its weight. The call waits on the server in
+ * its flow's queue (BLOCK ms FLOW name [WEIGHT w], module only, on a
+ * dedicated connection); while several flows wait on a bucket, grants go to
+ * them in proportion to their weights, first come first served within a
+ * flow. Ignored on the Lua fallback (it polls: no fair share there).
+ * @typedef {Object} FlowOptions
+ * @property {string | Buffer} [flow] The flow's name: 1 to 128 bytes (RangeError with the server's error line otherwise).
+ * @property {number} [weight] The flow's weight: an integer from 1 to 1000000 (default 1); another needs `flow`.
+ */
+
+/**
+ * @typedef {Object} WaitOptions
+ * @property {number} [timeoutMs] Give up (RateLimited) if the tokens are not due within this many ms (default: the server's longest wait).
+ * @property {AbortSignal} [signal] Aborting ends the wait with the signal's reason and gives back what was reserved.
+ * @property {boolean} [block] Let the server hold the reply (BLOCK, module only) on a connection the limiter duplicates.
+ */
+/** @typedef {FlowOptions & WaitOptions} AcquireOptions */
+
+/**
+ * `ATMOST [MIN chunk]`: a partial grant, of at least `chunk` (or all of n when smaller).
+ * @typedef {Object} AtMostOptions
+ * @property {boolean} [atmost] Take as many whole tokens as are there (at least `chunk`).
+ * @property {Amount} [chunk] The smallest grant worth having (needs `atmost`); at most the capacity.
+ */
+
+/**
+ * @typedef {Object} LeaseWaitOptions
+ * @property {number} ttlMs How long the lease lasts if never released, in ms (1 to 86400000).
+ * @property {number} [timeoutMs] How long to keep trying for it (default: until granted or never possible).
+ * @property {AbortSignal} [signal] Aborting ends the wait with the signal's reason; a lease granted meanwhile is given back.
+ * @property {boolean} [block] Wait on the server (TB.CONSUME or TB.MCONSUME ... LEASE ... BLOCK ms, module only) on a dedicated connection: first come first served, one call per grant. Polls on the Lua fallback.
+ */
+/** @typedef {FlowOptions & LeaseWaitOptions} LeaseOptions */
+
+/**
+ * @typedef {Object} ReturnOnOption
+ * @property {(err: unknown) => boolean} [returnOn] Errors that mean the request never left (besides NotSentError): everything is given back.
+ */
+/** @typedef {LeaseOptions & ReturnOnOption} WithLeaseOptions */
+
+/**
+ * @typedef {Object} KeepOption
+ * @property {boolean} [keep] An estimate (TB.CONSUME ... LEASE ttl KEEP): an expired lease stays charged; else a slot, which comes back.
+ */
+
+/** `[bucket, n]` taken; `[bucket, n, 'estimate' | 'slot']` lent. @typedef {readonly [TokenBucket, Amount] | readonly [TokenBucket, Amount, 'estimate' | 'slot']} LeasePart */
+
+/**
+ * @typedef {Object} BatchOptions
+ * @property {number} [holdMs] Give back what is held after this long with no request (default 50).
+ * @property {number} [maxHoldMs] Give back what is held at the latest this long after it was taken (default 500).
+ */
+
 /** Source of the Lua fallback (`tb.lua` in this package). */
 export const SCRIPT = readFileSync(new URL('./tb.lua', import.meta.url), 'utf8');
 
@@ -37,8 +118,8 @@ const LUA_MAX_LEASE_ID = BigInt(MAX_LEASE_ID);
  * draw secure randomness, so its lease ids come from `r`, a random integer
  * from 1 to 2^53 - 1 drawn here (lua/tb.lua).
  * @param {string} name
- * @param {string[]} args
- * @returns {string[]}
+ * @param {ReadonlyArray<string | Buffer>} args
+ * @returns {Array<string | Buffer>}
  */
 function scriptTail(name, args) {
   if (!args.some((a) => String(a).toUpperCase() === 'LEASE')) return [name, ...args];
@@ -68,29 +149,45 @@ export { DEFAULT_MAX_WAIT_MS };
  * `maxWaitMs` is the server's `tb.max-wait-ms` when known; otherwise the
  * limiter assumes the default (60 s) and learns the real value from the
  * first reservation the server refuses as too long.
+ *
+ * @template {RedisClientLike} [C=RedisClientLike]
  */
 export class Limiter {
+  /** @internal @type {C} */
+  _client;
+  /** @internal @type {Connection} */
+  _conn;
+  /** @internal @type {Backend | 'auto'} */
+  _wanted;
+  /** @internal @type {Backend | null} */
+  _backend;
+  /** @internal @type {number | null} */
+  _maxWaitMs;
+  /** Dedicated connections for BLOCK, idle ones kept for the next wait. @internal @type {Connection[]} */
+  _idle = [];
+  /** @internal @type {Set<Connection>} */
+  _dedicated = new Set();
+  /** @internal */
+  _closed = false;
+
   /**
-   * @param {any} client
-   * @param {{ backend?: 'auto' | 'module' | 'lua', maxWaitMs?: number }} [options]
+   * @param {C} client
+   * @param {LimiterOptions} [options]
    */
   constructor(client, { backend = 'auto', maxWaitMs } = {}) {
     if (!['auto', 'module', 'lua'].includes(backend)) {
       throw new RangeError(`backend must be 'auto', 'module' or 'lua', not ${JSON.stringify(backend)}`);
     }
     this._conn = connect(client);
+    this._client = client;
     this._wanted = backend;
     this._backend = backend === 'auto' ? null : backend;
     this._maxWaitMs = maxWaitMs === undefined ? null : waitArg(maxWaitMs, 'maxWaitMs');
-    /** Dedicated connections for BLOCK, idle ones kept for the next wait. */
-    this._idle = [];
-    this._dedicated = new Set();
-    this._closed = false;
   }
 
-  /** The client passed in. */
+  /** The client passed in, with its own type (never closed by the limiter). */
   get client() {
-    return this._conn.client;
+    return this._client;
   }
 
   /** `'module'` or `'lua'`; null until the first command has told (with `'auto'`). */
@@ -103,7 +200,13 @@ export class Limiter {
     return this._maxWaitMs ?? DEFAULT_MAX_WAIT_MS;
   }
 
-  /** The bucket under `key`, refilling at `rate` tokens/s up to `capacity`. */
+  /**
+   * The bucket under `key`, refilling at `rate` tokens/s up to `capacity`.
+   * @param {Key} key
+   * @param {Rate} rate
+   * @param {Amount} capacity
+   * @returns {TokenBucket}
+   */
   bucket(key, rate, capacity) {
     return new TokenBucket(this, key, rate, capacity);
   }
@@ -113,11 +216,23 @@ export class Limiter {
    * `'TB.INFO'`) on the module or through the Lua fallback, with the
    * arguments after the keys as the module takes them, and returns the raw
    * reply. For TB.MCONSUME, `keys` are all its keys (numkeys is added).
+   * @param {string} name
+   * @param {ReadonlyArray<Key>} keys
+   * @param {ReadonlyArray<string | number | bigint>} args
+   * @returns {Promise<unknown>}
    */
   execute(name, keys, args) {
     return this._run(this._conn, name, keys, args.map(String));
   }
 
+  /**
+   * @internal
+   * @param {Connection} conn
+   * @param {string} name
+   * @param {ReadonlyArray<Key>} keys
+   * @param {ReadonlyArray<string | Buffer>} args
+   * @returns {Promise<unknown>}
+   */
   async _run(conn, name, keys, args) {
     if (this._closed) throw new Error('the limiter is closed');
     if (this._backend !== 'lua') {
@@ -137,14 +252,14 @@ export class Limiter {
     try {
       return await conn.send(['EVALSHA', SCRIPT_SHA1, String(keys.length)], keys, tail);
     } catch (e) {
-      if (!(isReplyError(e) && String(/** @type {any} */ (e).message).startsWith('NOSCRIPT'))) throw asCommandError(name, e);
+      if (!(isReplyError(e) && String(e.message).startsWith('NOSCRIPT'))) throw asCommandError(name, e);
     }
     // Not cached on that server (a restart, a failover, another node): EVAL
     // runs it and caches it for the next EVALSHA.
     try {
       return await conn.send(['EVAL', SCRIPT, String(keys.length)], keys, tail);
     } catch (e) {
-      if (!(isReplyError(e) && /^NOPERM.*'eval'/i.test(String(/** @type {any} */ (e).message)))) throw asCommandError(name, e);
+      if (!(isReplyError(e) && /^NOPERM.*'eval'/i.test(String(e.message)))) throw asCommandError(name, e);
     }
     // A user allowed EVALSHA and SCRIPT LOAD but not EVAL: load it on the
     // node that serves the key, then run it.
@@ -160,6 +275,10 @@ export class Limiter {
    * Runs `run(w)` with the wait `w` = `waitMs` capped at the server's
    * `tb.max-wait-ms`; learns that setting from the server's refusal (and
    * retries once). Returns the reply and the wait used.
+   * @internal
+   * @param {number} waitMs
+   * @param {(w: number) => Promise<unknown>} run
+   * @returns {Promise<{ reply: unknown, windowMs: number }>}
    */
   async _withWait(waitMs, run) {
     const cap = this._maxWaitMs;
@@ -180,15 +299,24 @@ export class Limiter {
    * tokens per minute...). With `maxWaitMs`, every bucket goes into debt if
    * all will have refilled by then, and `retryAfterMs` is the wait before
    * proceeding. In a cluster the keys must share a slot (`{tenant}:rpm`).
-   * @param {Iterable<any>} parts
-   * @param {{ maxWaitMs?: number, atmost?: boolean, chunk?: number | bigint }} [options]
+   * With `atmost` (and `chunk`), one shared partial grant of at least `chunk`.
+   * @param {Iterable<readonly [TokenBucket, Amount]>} parts
+   * @param {ReserveOptions & AtMostOptions} [options]
+   * @returns {Promise<MultiResult>}
    */
   async consumeMany(parts, { maxWaitMs, atmost = false, chunk } = {}) {
     if (atmost && maxWaitMs !== undefined) throw new RangeError('atmost cannot be combined with maxWaitMs');
     const { reply } = await this._consumeMany(parts, maxWaitMs, atmostArgs(atmost, chunk));
-    return MultiResult.fromReply(reply, atmost);
+    return MultiResult.fromReply(/** @type {unknown[]} */ (reply), atmost);
   }
 
+  /**
+   * @internal
+   * @param {Iterable<readonly [TokenBucket, Amount]>} parts
+   * @param {number | undefined} maxWaitMs
+   * @param {string[]} [extra]
+   * @returns {Promise<{ reply: unknown, windowMs: number }>}
+   */
   _consumeMany(parts, maxWaitMs, extra = []) {
     const items = [...parts];
     if (items.length === 0) throw new RangeError('consumeMany needs at least one [bucket, n] pair');
@@ -213,8 +341,9 @@ export class Limiter {
    * the server (TB.MCONSUME ... BLOCK ms FLOW name [WEIGHT w], module only,
    * on a dedicated connection) in the flow's queue of the bucket that makes
    * it wait, reserving nothing, all or nothing; ignored on the Lua fallback.
-   * @param {Iterable<any>} parts
-   * @param {{ timeoutMs?: number, signal?: AbortSignal, flow?: string | Buffer, weight?: number }} [options]
+   * @param {Iterable<readonly [TokenBucket, Amount]>} parts
+   * @param {Omit<AcquireOptions, 'block'>} [options]
+   * @returns {Promise<MultiResult>}
    */
   async acquireMany(parts, { timeoutMs, signal, flow, weight } = {}) {
     const queued = flowArgs(flow, weight);
@@ -231,7 +360,7 @@ export class Limiter {
       const r = await blockLease(
         this,
         (conn, w) => this._run(conn, 'TB.MCONSUME', keys, [...args, 'BLOCK', String(w), ...queued]),
-        (reply) => MultiResult.fromReply(reply),
+        (reply) => MultiResult.fromReply(/** @type {unknown[]} */ (reply)),
         label,
         start + (limit ?? this.maxWaitMs),
         signal,
@@ -243,7 +372,7 @@ export class Limiter {
       // The default timeout follows what the limiter learns of the server.
       const remaining = Math.max(0, start + (limit ?? this.maxWaitMs) - Date.now());
       const { reply, windowMs } = await this._consumeMany(items, remaining);
-      const r = MultiResult.fromReply(reply);
+      const r = MultiResult.fromReply(/** @type {unknown[]} */ (reply));
       if (r.allowed) {
         if (r.retryAfterMs > 0) await waitReserved(r.retryAfterMs, signal, refundAll);
         return r;
@@ -267,11 +396,14 @@ export class Limiter {
    * and `weight` (see {@link TokenBucket#acquire}) wait on the server in
    * the flow's queue of the bucket that makes the call wait, as `block`
    * does (with or without it); ignored on the Lua fallback.
-   * @param {Iterable<any>} parts
-   * @param {{ ttlMs?: number, timeoutMs?: number, signal?: AbortSignal, block?: boolean, flow?: string | Buffer, weight?: number }} [options]
+   * @param {Iterable<LeasePart>} parts
+   * @param {LeaseOptions} options
+   * @returns {Promise<Lease<MultiResult>>}
    */
-  async leaseMany(parts, { ttlMs, timeoutMs, signal, block = false, flow, weight } = {}) {
+  async leaseMany(parts, options) {
+    const { ttlMs, timeoutMs, signal, block = false, flow, weight } = options ?? /** @type {LeaseOptions} */ ({});
     const queued = flowArgs(flow, weight);
+    /** @type {LeasedPart[]} */
     const items = [...parts].map(([bucket, n, kind]) => {
       if (kind !== undefined && kind !== 'estimate' && kind !== 'slot') {
         throw new RangeError(`a part's kind is 'estimate' or 'slot', not ${JSON.stringify(kind)}`);
@@ -288,7 +420,9 @@ export class Limiter {
     });
     const label = items.map((p) => describeKey(p.bucket.key)).join(',');
     const deadline = timeoutMs === undefined ? null : Date.now() + waitArg(timeoutMs, 'timeoutMs');
-    const parse = (reply) => MultiResult.fromReply(reply, false, true);
+    /** @param {unknown} reply */
+    const parse = (reply) => MultiResult.fromReply(/** @type {unknown[]} */ (reply), false, true);
+    /** @param {MultiResult} granted */
     const undo = (granted) => (granted.allowed ? new Lease(items, granted).giveBack() : null);
     if ((block || queued.length > 0) && this.backend !== 'lua') {
       const r = await blockLease(
@@ -323,13 +457,22 @@ export class Limiter {
    *   estimate) and slots stay held until their TTL. Nothing taken comes
    *   back.
    * `lease.giveBack()` in `fn` gives everything back at once.
+   * @template T
+   * @param {Iterable<LeasePart>} parts
+   * @param {WithLeaseOptions} options
+   * @param {(lease: Lease<MultiResult>) => Promise<T> | T} fn
+   * @returns {Promise<T>}
    */
   async withLeases(parts, options, fn) {
     const { returnOn, ...rest } = options ?? {};
     return runLeased(await this.leaseMany(parts, rest), fn, returnOn);
   }
 
-  /** A dedicated connection for one BLOCK (reused once it is free again). */
+  /**
+   * A dedicated connection for one BLOCK (reused once it is free again).
+   * @internal
+   * @returns {Promise<Connection>}
+   */
   async _lease() {
     const conn = this._idle.pop() ?? (await this._conn.duplicate());
     this._dedicated.add(conn);
@@ -340,11 +483,17 @@ export class Limiter {
     return conn;
   }
 
+  /**
+   * Takes back a connection of `_lease` (closed when broken or the limiter is).
+   * @internal
+   * @param {Connection} conn
+   * @param {boolean} [broken]
+   */
   _release(conn, broken = false) {
     if (this._closed || broken) {
       this._dedicated.delete(conn);
       Promise.resolve()
-        .then(() => conn.close())
+        .then(() => conn.close?.())
         .catch(() => {});
     } else {
       this._idle.push(conn);
@@ -360,11 +509,16 @@ export class Limiter {
     const all = [...this._dedicated, ...this._idle];
     this._idle = [];
     this._dedicated.clear();
-    await Promise.all(all.map((c) => Promise.resolve().then(() => c.close()).catch(() => {})));
+    await Promise.all(all.map((c) => Promise.resolve().then(() => c.close?.()).catch(() => {})));
   }
 }
 
-/** `ATMOST [MIN chunk]`, or nothing; a chunk needs `atmost`. */
+/**
+ * `ATMOST [MIN chunk]`, or nothing; a chunk needs `atmost`.
+ * @param {boolean} atmost
+ * @param {Amount | undefined} chunk
+ * @returns {string[]}
+ */
 function atmostArgs(atmost, chunk) {
   if (chunk !== undefined && !atmost) throw new RangeError('chunk is the smallest grant of atmost: true');
   if (!atmost) return [];
@@ -373,17 +527,39 @@ function atmostArgs(atmost, chunk) {
 
 /** One bucket: `limiter.bucket('llm:openai', '0.5', 1)`. */
 export class TokenBucket {
+  /** The limiter that sends this bucket's commands. @readonly @type {Limiter} */
+  limiter;
+  /** @readonly @type {Key} */
+  key;
+  /** The rate as sent (`'0.5'`, `'100/m'`). @readonly @type {string} */
+  rate;
+  /** The capacity as sent. @internal @type {string} */
+  _capacityArg;
+  /** Burst size: the most tokens the bucket holds. @readonly @type {number} */
+  capacity;
+
+  /**
+   * @param {Limiter} limiter
+   * @param {Key} key
+   * @param {Rate} rate
+   * @param {Amount} capacity
+   */
   constructor(limiter, key, rate, capacity) {
     if (typeof key !== 'string' && !Buffer.isBuffer(key)) throw new TypeError('key must be a string or a Buffer');
     this.limiter = limiter;
     this.key = key;
-    /** The rate as sent (`'0.5'`, `'100/m'`). */
     this.rate = rateArg(rate);
     this._capacityArg = amountArg(capacity, 'capacity');
-    /** Burst size: the most tokens the bucket holds. */
     this.capacity = Number(this._capacityArg);
   }
 
+  /**
+   * The arguments after the key: rate, capacity, n, then `rest`.
+   * @internal
+   * @param {Amount} n
+   * @param {Array<string | Buffer>} rest
+   * @returns {Array<string | Buffer>}
+   */
   _args(n, ...rest) {
     return [this.rate, this._capacityArg, amountArg(n), ...rest];
   }
@@ -393,15 +569,19 @@ export class TokenBucket {
    * there, at least `chunk` (default 1, or all of `n` when smaller), and a
    * denial's wait is the wait for `chunk`; `granted` says how many). `n = 0`
    * is a peek.
-   * @param {number | bigint} [n]
-   * @param {{ atmost?: boolean, chunk?: number | bigint }} [options]
+   * @param {Amount} [n]
+   * @param {AtMostOptions} [options]
+   * @returns {Promise<Result>}
    */
   async consume(n = 1, { atmost = false, chunk } = {}) {
     const args = this._args(n, ...atmostArgs(atmost, chunk));
-    return Result.fromReply(await this.limiter._run(this.limiter._conn, 'TB.CONSUME', [this.key], args));
+    return resultOf(await this.limiter._run(this.limiter._conn, 'TB.CONSUME', [this.key], args));
   }
 
-  /** Whether a request would be served now; changes nothing. */
+  /**
+   * Whether a request would be served now; changes nothing.
+   * @returns {Promise<Result>}
+   */
   peek() {
     return this.consume(0);
   }
@@ -409,6 +589,9 @@ export class TokenBucket {
   /**
    * Hands this bucket's tokens out locally from batches of up to `batch`
    * taken in one call, for a hot key (see {@link Batcher}).
+   * @param {number} batch
+   * @param {BatchOptions} [options]
+   * @returns {Batcher}
    */
   batched(batch, options = {}) {
     return new Batcher(this, batch, options);
@@ -421,13 +604,23 @@ export class TokenBucket {
    * that long, then proceed. Later callers queue behind: first come, first
    * served across the fleet. Otherwise a denial (`allowed` false) that says
    * when to ask again.
-   * @param {number | bigint} [n]
-   * @param {{ maxWaitMs?: number }} [options]
+   * @param {Amount} [n]
+   * @param {ReserveOptions} [options]
+   * @returns {Promise<Result>}
    */
   async reserve(n = 1, { maxWaitMs } = {}) {
-    return Result.fromReply((await this._reserve(n, maxWaitMs)).reply);
+    return resultOf((await this._reserve(n, maxWaitMs)).reply);
   }
 
+  /**
+   * TB.CONSUME ... RESERVE (or `mode`) ms, with the wait capped at the server's.
+   * @internal
+   * @param {Amount} n
+   * @param {number | undefined} maxWaitMs
+   * @param {Connection} [conn]
+   * @param {'RESERVE' | 'BLOCK'} [mode]
+   * @returns {Promise<{ reply: unknown, windowMs: number }>}
+   */
   _reserve(n, maxWaitMs, conn = this.limiter._conn, mode = 'RESERVE') {
     const wait = maxWaitMs === undefined ? this.limiter.maxWaitMs : waitArg(maxWaitMs, 'maxWaitMs');
     return this.limiter._withWait(wait, (w) =>
@@ -458,8 +651,9 @@ export class TokenBucket {
    * nothing; while several flows wait on the bucket, grants go to them in
    * proportion to their weights, first come first served within a flow.
    * On the Lua fallback the flow is ignored (the call waits as without it).
-   * @param {number | bigint} [n]
-   * @param {{ timeoutMs?: number, signal?: AbortSignal, block?: boolean, flow?: string | Buffer, weight?: number }} [options]
+   * @param {Amount} [n]
+   * @param {AcquireOptions} [options]
+   * @returns {Promise<Result>}
    */
   async acquire(n = 1, { timeoutMs, signal, block = false, flow, weight } = {}) {
     const queued = flowArgs(flow, weight);
@@ -471,7 +665,7 @@ export class TokenBucket {
       const r = await blockLease(
         limiter,
         (conn, w) => limiter._run(conn, 'TB.CONSUME', [this.key], this._args(n, 'BLOCK', String(w), ...queued)),
-        (reply) => Result.fromReply(reply),
+        resultOf,
         this.key,
         start + (limit ?? limiter.maxWaitMs),
         signal,
@@ -487,7 +681,7 @@ export class TokenBucket {
         block && limiter.backend !== 'lua'
           ? await this._block(n, remaining, signal)
           : await this._reserve(n, remaining).then(({ reply, windowMs }) => ({
-              result: Result.fromReply(reply),
+              result: resultOf(reply),
               windowMs,
             }));
       if (r.allowed) {
@@ -504,25 +698,31 @@ export class TokenBucket {
   /**
    * TB.CONSUME ... BLOCK on a dedicated connection (RESERVE and a timer if
    * the server turns out to have no module).
+   * @internal
+   * @param {Amount} n
+   * @param {number} waitMs
+   * @param {AbortSignal} [signal]
+   * @returns {Promise<{ result: Result, windowMs: number }>}
    */
   async _block(n, waitMs, signal) {
     const limiter = this.limiter;
     const conn = await limiter._lease();
     let broken = false;
     const done = this._reserve(n, waitMs, conn, 'BLOCK').then(
-      ({ reply, windowMs }) => ({ result: Result.fromReply(reply), windowMs }),
+      ({ reply, windowMs }) => ({ result: resultOf(reply), windowMs }),
       (e) => {
         broken = !(e instanceof CommandError);
         if (limiter.backend === 'lua') {
           // Detected just now: a script cannot block.
-          return this._reserve(n, waitMs).then(({ reply, windowMs }) => ({ result: Result.fromReply(reply), windowMs }));
+          return this._reserve(n, waitMs).then(({ reply, windowMs }) => ({ result: resultOf(reply), windowMs }));
         }
         throw e;
       },
     );
     const settled = done.finally(() => limiter._release(conn, broken));
     if (!signal) return settled;
-    return new Promise((resolve, reject) => {
+    /** @type {Promise<{ result: Result, windowMs: number }>} */
+    const aborted = new Promise((resolve, reject) => {
       const onAbort = () => {
         reject(signal.reason);
         // The server answers at the reserved time (or at once if it denied):
@@ -541,12 +741,15 @@ export class TokenBucket {
         },
       );
     });
+    return aborted;
   }
 
   /**
    * Gives back `n` tokens (never above capacity): reserve an estimate,
    * refund the unused part. Returns the whole tokens now in the bucket, or
    * null for a missing key (a full bucket).
+   * @param {Amount} n
+   * @returns {Promise<number | null>}
    */
   async refund(n) {
     const reply = await this.limiter._run(this.limiter._conn, 'TB.REFUND', [this.key], [amountArg(n)]);
@@ -573,10 +776,11 @@ export class TokenBucket {
    * wait on the server in its flow's queue, as `block: true` does (with or
    * without it): weighted fair share across flows. Ignored on the Lua
    * fallback, which polls.
-   * @param {number | bigint} [n]
-   * @param {{ ttlMs?: number, timeoutMs?: number, signal?: AbortSignal, keep?: boolean, block?: boolean, flow?: string | Buffer, weight?: number }} [options]
+   * @param {Amount} [n]
+   * @param {LeaseOptions & KeepOption} [options]
+   * @returns {Promise<Result>}
    */
-  async lease(n = 1, { ttlMs, timeoutMs, signal, keep = false, block = false, flow, weight } = {}) {
+  async lease(n = 1, { ttlMs, timeoutMs, signal, keep = false, block = false, flow, weight } = /** @type {LeaseOptions & KeepOption} */ ({})) {
     const lease = ['LEASE', String(leaseTtl(ttlMs)), ...(keep ? ['KEEP'] : [])];
     const queued = flowArgs(flow, weight);
     const deadline = timeoutMs === undefined ? null : Date.now() + waitArg(timeoutMs, 'timeoutMs');
@@ -585,7 +789,7 @@ export class TokenBucket {
         this.limiter,
         (conn, w) =>
           this.limiter._run(conn, 'TB.CONSUME', [this.key], this._args(n, ...lease, 'BLOCK', String(w), ...queued)),
-        (reply) => Result.fromReply(reply),
+        resultOf,
         this.key,
         deadline,
         signal,
@@ -595,11 +799,11 @@ export class TokenBucket {
     }
     const args = this._args(n, ...lease);
     return pollLease(
-      () => this.limiter._run(this.limiter._conn, 'TB.CONSUME', [this.key], args).then((reply) => Result.fromReply(reply)),
+      () => this.limiter._run(this.limiter._conn, 'TB.CONSUME', [this.key], args).then(resultOf),
       describeKey(this.key),
       deadline,
       signal,
-      (r) => this.release(r.leaseId),
+      (r) => this.release(r.leaseId ?? 0),
     );
   }
 
@@ -611,6 +815,11 @@ export class TokenBucket {
    * throws a {@link NotSentError} (or an error `returnOn` accepts) it is
    * released; when it throws anything else, an estimate is settled at `n`
    * (kept charged) and a slot stays held until its TTL.
+   * @template T
+   * @param {Amount} n
+   * @param {WithLeaseOptions & KeepOption} options
+   * @param {(lease: Lease<Result>) => Promise<T> | T} fn
+   * @returns {Promise<T>}
    */
   async withLease(n, options, fn) {
     const { returnOn, ...rest } = options ?? {};
@@ -623,6 +832,8 @@ export class TokenBucket {
    * the whole tokens that went back (0 when the bucket was full already), or
    * null when the lease is not held (released already, expired): a retried
    * release does nothing.
+   * @param {Amount} leaseId
+   * @returns {Promise<number | null>}
    */
   async release(leaseId) {
     const reply = await this.limiter._run(this.limiter._conn, 'TB.RELEASE', [this.key], [amountArg(leaseId, 'leaseId')]);
@@ -636,6 +847,9 @@ export class TokenBucket {
    * (negative: the overrun charged), or null when the
    * lease was settled or released already, or expired: a retried settle
    * never applies twice.
+   * @param {Amount} leaseId
+   * @param {Amount} used
+   * @returns {Promise<number | null>}
    */
   async settle(leaseId, used) {
     const args = [amountArg(leaseId, 'leaseId'), 'USED', amountArg(used, 'used')];
@@ -643,9 +857,21 @@ export class TokenBucket {
     return reply === null ? null : int(reply);
   }
 
-  /** The bucket as of now, or null for a missing key (a full bucket). */
+  /**
+   * The bucket as of now, or null for a missing key (a full bucket).
+   * @returns {Promise<BucketInfo | null>}
+   */
   async info() {
     const reply = await this.limiter._run(this.limiter._conn, 'TB.INFO', [this.key], []);
-    return reply === null ? null : BucketInfo.fromReply(reply);
+    return reply === null ? null : BucketInfo.fromReply(/** @type {unknown[]} */ (reply));
   }
+}
+
+/**
+ * TB.CONSUME's reply (an array) as a Result.
+ * @param {unknown} reply
+ * @returns {Result}
+ */
+function resultOf(reply) {
+  return Result.fromReply(/** @type {unknown[]} */ (reply));
 }

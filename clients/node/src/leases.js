@@ -1,23 +1,35 @@
 // Leases: waiting for them (on the server, or polling), holding them while
 // a body runs, and ending them by how it ended.
 
+/** @import { Amount, Key, Limiter, TokenBucket } from './index.js' */
+/** @import { Connection } from './connection.js' */
+/** @import { MultiResult, Result } from './results.js' */
+
+/**
+ * One part of a {@link Lease}: `n` tokens of `bucket`, taken (refunded when
+ * the request never left), or lent as an estimate (KEEP) or a slot.
+ * @typedef {{ bucket: TokenBucket, n: Amount, kind: 'taken' | 'estimate' | 'slot' }} LeasedPart
+ */
+
+/**
+ * Ends a lease by how its body ended.
+ * @typedef {{ returnOn?: (err: unknown) => boolean }} RunOptions
+ */
+
 import { pause, waitArg } from './args.js';
 import { CommandError, RateLimited, isNotSent } from './errors.js';
 
-/** A lease TTL in ms, checked. */
+/**
+ * A lease TTL in ms, checked.
+ * @param {number | undefined} ttlMs
+ * @returns {number}
+ */
 export function leaseTtl(ttlMs) {
-  const ttl = waitArg(ttlMs, 'ttlMs');
+  const ttl = waitArg(/** @type {number} */ (ttlMs), 'ttlMs');
   if (ttl < 1) throw new RangeError('ttlMs must be at least 1');
   return ttl;
 }
 
-/**
- * Runs `call()` until it grants, backing off from 10 ms to 500 ms (never
- * past the wait the server names, nor past `deadline`, a Date.now() time or
- * null for none); then
- * {@link RateLimited}. A grant that arrives after `signal` aborted is given
- * back (`undo`) and the reason thrown.
- */
 /**
  * Waits in the server's queue of a bucket (BLOCK with LEASE, or with FLOW)
  * on a dedicated connection of `limiter`, until `deadline`: `send(conn,
@@ -26,6 +38,15 @@ export function leaseTtl(ttlMs) {
  * connection: the server drops a call still queued). Returns null when the
  * server cannot wait so (the Lua fallback, or a module without BLOCK with
  * LEASE): the caller polls.
+ * @template {Result | MultiResult} R
+ * @param {Limiter} limiter
+ * @param {(conn: Connection, waitMs: number) => Promise<unknown>} send
+ * @param {(reply: unknown) => R} parse
+ * @param {Key} label
+ * @param {number | null} deadline
+ * @param {AbortSignal | undefined} signal
+ * @param {(granted: R) => unknown} undo
+ * @returns {Promise<R | null>}
  */
 export async function blockLease(limiter, send, parse, label, deadline, signal, undo) {
   let backoff = 10;
@@ -42,7 +63,7 @@ export async function blockLease(limiter, send, parse, label, deadline, signal, 
     const leave = () => {
       broken = true;
       Promise.resolve()
-        .then(() => conn.close())
+        .then(() => conn.close?.())
         .catch(() => {});
     };
     signal?.addEventListener('abort', leave, { once: true });
@@ -55,7 +76,7 @@ export async function blockLease(limiter, send, parse, label, deadline, signal, 
         },
         (e) => {
           broken ||= !(e instanceof CommandError);
-          if (limiter.backend === 'lua' || /LEASE cannot be combined/.test(String(e.message))) return null;
+          if (limiter.backend === 'lua' || /LEASE cannot be combined/.test(String(e?.message))) return null;
           throw e;
         },
       )
@@ -76,6 +97,20 @@ export async function blockLease(limiter, send, parse, label, deadline, signal, 
   }
 }
 
+/**
+ * Runs `call()` until it grants, backing off from 10 ms to 500 ms (never
+ * past the wait the server names, nor past `deadline`, a Date.now() time or
+ * null for none); then
+ * {@link RateLimited}. A grant that arrives after `signal` aborted is given
+ * back (`undo`) and the reason thrown.
+ * @template {Result | MultiResult} R
+ * @param {() => Promise<R>} call
+ * @param {Key} label
+ * @param {number | null} deadline
+ * @param {AbortSignal | undefined} signal
+ * @param {(granted: R) => unknown} undo
+ * @returns {Promise<R>}
+ */
 export async function pollLease(call, label, deadline, signal, undo) {
   let backoff = 10;
   for (;;) {
@@ -95,12 +130,28 @@ export async function pollLease(call, label, deadline, signal, undo) {
   }
 }
 
-/** Runs `fn(lease)`, then ends the lease by how `fn` ended (see Limiter#withLeases). */
+/**
+ * Runs `fn(lease)`, then ends the lease by how `fn` ended (see Limiter#withLeases).
+ * @template {Result | MultiResult} R
+ * @template T
+ * @param {Lease<R>} lease
+ * @param {(lease: Lease<R>) => Promise<T> | T} fn
+ * @param {((err: unknown) => boolean) | undefined} returnOn
+ * @returns {Promise<T>}
+ */
 export function runLeased(lease, fn, returnOn) {
   return lease.run(fn, { returnOn });
 }
 
-/** See {@link Lease#run}. */
+/**
+ * See {@link Lease#run}.
+ * @template {Lease} L
+ * @template T
+ * @param {L} lease
+ * @param {(lease: L) => Promise<T> | T} fn
+ * @param {((err: unknown) => boolean) | undefined} returnOn
+ * @returns {Promise<T>}
+ */
 async function runHeld(lease, fn, returnOn) {
   let out;
   try {
@@ -119,7 +170,7 @@ async function runHeld(lease, fn, returnOn) {
     await (notSent ? lease.giveBack() : lease.failed()).catch(() => {});
     throw e;
   }
-  if (lease.used === undefined && out && typeof out === 'object' && 'used' in out) lease.used = out.used;
+  if (lease.used === undefined && out && typeof out === 'object' && 'used' in out) lease.used = /** @type {Amount} */ (out.used);
   await lease.done();
   return out;
 }
@@ -136,17 +187,28 @@ async function runHeld(lease, fn, returnOn) {
  * - `giveBack()` (the request never left): leases released, taken parts
  *   refunded.
  * Only the first of these does anything.
+ * @template {Result | MultiResult} [R=Result | MultiResult]
  */
 export class Lease {
+  /** @internal @type {ReadonlyArray<LeasedPart>} */
+  _parts;
+  /** The grant: a Result (one bucket) or a MultiResult. @readonly @type {R} */
+  result;
+  /** Lease id of each part, 0 for a part taken. @readonly @type {ReadonlyArray<number>} */
+  leaseIds;
+  /** Tokens used, to settle the estimates to on a normal exit. @type {Amount | undefined} */
+  used = undefined;
+  /** @internal */
+  _ended = false;
+
+  /**
+   * @param {ReadonlyArray<LeasedPart>} parts
+   * @param {R} result
+   */
   constructor(parts, result) {
     this._parts = parts;
-    /** The grant: a Result (one bucket) or a MultiResult. */
     this.result = result;
-    /** Lease id of each part, 0 for a part taken. */
-    this.leaseIds = result.leaseIds ?? [result.leaseId];
-    /** Tokens used, to settle the estimates to on a normal exit. */
-    this.used = undefined;
-    this._ended = false;
+    this.leaseIds = 'leaseIds' in result ? (result.leaseIds ?? []) : [result.leaseId ?? 0];
   }
 
   /**
@@ -155,8 +217,10 @@ export class Lease {
    * error `returnOn` accepts), `giveBack()`; threw anything else,
    * `failed()`. The body's error is rethrown; a call that fails while
    * ending a failed lease is ignored (the tokens stay taken: the safe side).
-   * @param {(lease: Lease) => unknown} fn
-   * @param {{ returnOn?: (err: unknown) => boolean }} [options]
+   * @template T
+   * @param {(lease: this) => Promise<T> | T} fn
+   * @param {RunOptions} [options]
+   * @returns {Promise<T>}
    */
   run(fn, { returnOn } = {}) {
     return runHeld(this, fn, returnOn);
@@ -167,12 +231,23 @@ export class Lease {
     return this.leaseIds.find((id) => id > 0) ?? 0;
   }
 
+  /**
+   * Marks the lease ended; false when it was already.
+   * @internal
+   * @returns {boolean}
+   */
   _end() {
     if (this._ended) return false;
     this._ended = true;
     return true;
   }
 
+  /**
+   * Runs `fn` for each part with its lease id, all at once.
+   * @internal
+   * @param {(part: LeasedPart, id: number) => unknown} fn
+   * @returns {Promise<unknown[]>}
+   */
   _each(fn) {
     return Promise.all(this._parts.map((p, j) => fn(p, this.leaseIds[j])));
   }
@@ -181,10 +256,11 @@ export class Lease {
   async done() {
     if (!this._end()) return;
     const single = this._parts.length === 1;
+    const used = this.used;
     await this._each(({ bucket, kind }, id) => {
       if (!id) return null;
-      const settle = this.used !== undefined && (kind === 'estimate' || single);
-      return settle ? bucket.settle(id, this.used) : bucket.release(id);
+      const settle = used !== undefined && (kind === 'estimate' || single);
+      return settle ? bucket.settle(id, used) : bucket.release(id);
     });
   }
 
@@ -204,6 +280,11 @@ export class Lease {
 /**
  * `promise`, or `signal`'s reason once it aborts; what the promise gives
  * after an abort goes to `undo` (a lease granted too late is given back).
+ * @template V
+ * @param {Promise<V>} promise
+ * @param {AbortSignal} signal
+ * @param {(value: V) => unknown} undo
+ * @returns {Promise<V>}
  */
 function abortable(promise, signal, undo) {
   return new Promise((resolve, reject) => {

@@ -1,57 +1,43 @@
-// The hand-written .d.ts files cannot fall behind the code: every export of
-// each entry point, and every public method, getter and static method of an
-// exported class, has a declaration (tsc checks that the declarations are
-// valid TypeScript and fit the libraries: test/types.ts, installed.test.js).
+// The shipped declarations (types/) are generated from the JSDoc of src/
+// by tsc (tools/types.js): they must be what tsc generates now, and no
+// `any` may leak into them (test/types.ts checks what they accept and
+// refuse; the installed-package test checks them as users get them).
 
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readFileSync, readdirSync } from 'node:fs';
 import { test } from 'node:test';
 
-const ENTRIES = [
-  ['../src/index.js', '../src/index.d.ts'],
-  ['../src/bullmq.js', '../src/bullmq.d.ts'],
-];
+import { staleTypes } from '../tools/types.js';
 
-/** The text of `export declare class name ... }` in `dts`, or null. */
-function classBlock(dts, name) {
-  const m = new RegExp(`^export declare class ${name}\\b[^\\n]*\\{\\n([\\s\\S]*?)^\\}`, 'm').exec(dts);
-  return m ? m[1] : null;
-}
+const TYPES = new URL('../types/', import.meta.url);
 
-/** Public members a class defines in code (prototype and static). */
-function members(cls) {
-  const out = [];
-  for (const [owner, prefix] of [
-    [cls.prototype, ''],
-    [cls, 'static '],
-  ]) {
-    for (const name of Object.getOwnPropertyNames(owner)) {
-      if (name.startsWith('_') || ['constructor', 'prototype', 'length', 'name'].includes(name)) continue;
-      out.push([prefix, name]);
-    }
+test('types/ is what tsc generates from src/ (npm run build:types)', () => {
+  assert.deepEqual(staleTypes(), [], "stale: run 'npm run build:types' and commit types/");
+});
+
+test('no declaration is typed any', () => {
+  const found = [];
+  for (const name of readdirSync(TYPES).filter((f) => f.endsWith('.d.ts'))) {
+    // The code, without its comments (whose prose may say "any").
+    const code = readFileSync(new URL(name, TYPES), 'utf8')
+      .replace(/\/\*[\s\S]*?\*\//g, '')
+      .replace(/\/\/.*$/gm, '');
+    code.split('\n').forEach((line, i) => {
+      if (/\bany\b/.test(line)) found.push(`types/${name}: ${line.trim()}`);
+    });
   }
-  return out;
-}
+  assert.deepEqual(found, []);
+});
 
-for (const [js, dts] of ENTRIES) {
-  test(`${dts.slice(3)} declares everything ${js.slice(3)} exports`, async () => {
-    const mod = await import(js);
-    const text = readFileSync(new URL(dts, import.meta.url), 'utf8');
-    const missing = [];
-    for (const [name, value] of Object.entries(mod)) {
-      const kind = typeof value === 'function' ? (/^class\b/.test(value.toString()) ? 'class' : 'function') : 'const';
-      if (!new RegExp(`^export declare ${kind} ${name}\\b`, 'm').test(text)) {
-        missing.push(`${kind} ${name}`);
-        continue;
-      }
-      if (kind !== 'class') continue;
-      const block = classBlock(text, name);
-      for (const [prefix, member] of members(value)) {
-        if (!new RegExp(`^\\s*${prefix}(readonly |get )?${member}\\b\\??[(<:]`, 'm').test(block)) {
-          missing.push(`${name}.${prefix}${member}`);
-        }
-      }
-    }
-    assert.deepEqual(missing, [], `declared nowhere in ${dts.slice(3)}`);
-  });
-}
+test('every export of each entry point is declared', async () => {
+  for (const [js, dts] of [
+    ['../src/index.js', 'index.d.ts'],
+    ['../src/bullmq.js', 'bullmq.d.ts'],
+  ]) {
+    const text = readFileSync(new URL(dts, TYPES), 'utf8');
+    const missing = Object.keys(await import(js)).filter(
+      (name) => !new RegExp(`^export (declare (const|class|function) ${name}\\b|\\{[^}]*\\b${name}\\b[^}]*\\})`, 'm').test(text),
+    );
+    assert.deepEqual(missing, [], `declared nowhere in types/${dts}`);
+  }
+});
