@@ -124,10 +124,11 @@ unit:
 	$(CARGO) test $(UNIT_FLAGS) --lib -- --test-threads=$(TEST_THREADS)
 	$(CARGO) test $(UNIT_FLAGS) --doc
 
-# The fast loop: format, lint, the unit tests and the catalogue's staleness
-# check (mk/catalogue.mk), no server (under a minute on a warm build).
+# The fast loop: format, lint, the unit tests and the staleness checks of
+# generated files (the catalogue, mk/catalogue.mk; the Node declarations,
+# mk/node.mk), no server (under a minute on a warm build).
 quick: ## format check, clippy, unit and doc tests, stale generated files: no server (under a minute, warm)
-	@$(MAKE) --no-print-directory lint unit check-catalogue
+	@$(MAKE) --no-print-directory lint unit check-catalogue check-node-types
 
 # The inner loop with one server: `make quick`, then the Rust integration
 # suite on the system Redis 7.0. `make test` is the gate.

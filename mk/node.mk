@@ -1,5 +1,6 @@
 # Node.js client (clients/node): npm ci from the committed lockfile, the
-# TypeScript check of the shipped .d.ts files, then `node --test` against
+# TypeScript checks (the JavaScript from its JSDoc, noImplicitAny; the
+# shipped declarations, generated from it, by test/types.ts), then `node --test` against
 # redis-server processes the tests start themselves (REDIS_SERVER,
 # TB_MODULE), on every server of TEST_SERVERS: module and Lua fallback,
 # node-redis 6 and 4, ioredis 6 and 5, the BullMQ end-to-end test with
@@ -12,6 +13,9 @@
 #                     fresh projects outside the repository (NODE_INSTALLED)
 #   make test-node-installed  BullMQ and every docs Node snippet (run, and
 #                     type-checked with tsc --strict) in those projects
+#   make node-types   regenerate clients/node/types/ (the declarations, from
+#                     the JSDoc of src/; committed)
+#   make check-node-types  fail if types/ is stale (part of `make quick`)
 
 NODE_DIR := $(CURDIR)/clients/node
 # Defaults when this fragment is used without the top Makefile's variables.
@@ -20,9 +24,9 @@ APT ?= $(CURDIR)/mk/apt.sh
 # A test that hangs fails after 5 minutes instead of holding make test.
 NODE_TEST := node --test --test-concurrency=1 --test-timeout=300000 --test-reporter=spec
 
-.PHONY: node-deps test-node node-installed test-node-installed
+.PHONY: node-deps test-node node-installed test-node-installed node-types check-node-types
 
-EXTRA_TESTS += test-node test-node-installed
+EXTRA_TESTS += test-node test-node-installed check-node-types
 
 # Fresh user projects, outside the repository (one directory per checkout):
 # packed (the npm pack tarball, newest bullmq/ioredis/redis), oldest
@@ -51,9 +55,9 @@ node-deps: ## node and npm (apt-get when root and missing), npm ci in clients/no
 
 test-node: build redis8 node-deps python-venv ## the Node client suite on every test server, BullMQ, the mixed fleet
 	@echo
-	@echo "== Node client: TypeScript check of the shipped types and of the JavaScript (checkJs)"
-	cd $(NODE_DIR) && ./node_modules/.bin/tsc -p tsconfig.json --noEmit
+	@echo "== Node client: TypeScript check of the JavaScript (checkJs, noImplicitAny) and of the shipped types"
 	cd $(NODE_DIR) && ./node_modules/.bin/tsc -p tsconfig.src.json
+	cd $(NODE_DIR) && ./node_modules/.bin/tsc -p tsconfig.json --noEmit
 	@for server in $(TEST_SERVERS); do \
 	  echo; \
 	  echo "== Node client: module and Lua fallback, node-redis and ioredis, BullMQ, on $$($$server --version | cut -d' ' -f1-3)"; \
@@ -63,6 +67,15 @@ test-node: build redis8 node-deps python-venv ## the Node client suite on every 
 	@echo "== Mixed fleet: a Celery worker and BullMQ workers share one bucket, on $$($(firstword $(TEST_SERVERS)) --version | cut -d' ' -f1-3)"
 	cd $(NODE_DIR) && REDIS_SERVER=$(firstword $(TEST_SERVERS)) TB_MODULE=$(MODULE) TB_PYTHON=$(PY) \
 	  $(NODE_TEST) test/fleet/*.test.js
+
+# The declarations the package ships (clients/node/types/*.d.ts) are tsc's
+# output from the JSDoc of src/ (tsconfig.types.json), committed so that a
+# change of the public types shows in review; `npm pack` refuses stale ones.
+node-types: node-deps ## regenerate clients/node/types/ (the declarations) from the JSDoc of src/
+	cd $(NODE_DIR) && node tools/types.js
+
+check-node-types: node-deps ## fail if clients/node/types/ is not what tsc generates from src/ (run make node-types)
+	@cd $(NODE_DIR) && node tools/types.js --check
 
 node-installed: node-deps ## the package packed and installed by path into fresh projects (NODE_INSTALLED)
 	@echo "==> tb-limiter installed into fresh projects under $(NODE_INSTALLED)"
