@@ -136,6 +136,8 @@ export async function usage(): Promise<void> {
   await limiter.client.quit();
   const io = new Limiter(new Redis());
   io.client.disconnect();
+  const same: Redis = io.client;
+  void same;
 }
 
 // Misuse fails to compile.
@@ -147,6 +149,60 @@ void limiterFor().bucket('k', 1, 5).acquire(1, 5000);
 new Limiter(new Redis(), { backend: 'python' });
 // @ts-expect-error a flow is a name, not a number
 void limiterFor().bucket('k', 1, 5).acquire(1, { flow: 7 });
+// @ts-expect-error a lease needs its ttlMs
+void limiterFor().leaseMany([[bucketFor(), 1, 'slot']], {});
+// @ts-expect-error a leased part is an 'estimate' or a 'slot'
+void limiterFor().leaseMany([[bucketFor(), 1, 'borrowed']], { ttlMs: 1000 });
+// @ts-expect-error leaseMany's options are not optional (ttlMs)
+void limiterFor().leaseMany([[bucketFor(), 1, 'slot']]);
+// @ts-expect-error an amount is a number or a bigint
+void limiterFor().consumeMany([[bucketFor(), '1']]);
+// @ts-expect-error acquireMany waits on a timer or in a flow's queue, never with block
+void limiterFor().acquireMany([[bucketFor(), 1]], { block: true });
+// @ts-expect-error execute's arguments are strings or numbers
+void limiterFor().execute('TB.INFO', ['k'], [{}]);
+// @ts-expect-error withLease's fn gets a Lease of one Result
+void bucketFor().withLease(1, { ttlMs: 1000 }, (lease: Lease<MultiResult>) => lease.leaseIds);
+// @ts-expect-error a BullMQ cost is an amount (or a function giving one)
+limitProcessor(bucketFor(), async () => 1, { cost: '1' });
+// @ts-expect-error leaseProcessor needs the leases' ttlMs
+leaseProcessor([[bucketFor(), 1, 'slot']], async () => 1, {});
+
+export async function readonlyResults(r: Result, m: MultiResult, info: BucketInfo, lease: Lease<Result>): Promise<void> {
+  // @ts-expect-error a reply is read-only
+  r.allowed = false;
+  // @ts-expect-error so is a multi reply's list of remaining tokens
+  m.remaining.push(1);
+  // @ts-expect-error and the flows of TB.INFO
+  info.flows[0].name = 'other';
+  // @ts-expect-error a lease's grant cannot be swapped
+  lease.result = r;
+  lease.used = 3n; // the tokens used: the caller sets them
+  const bucket = bucketFor();
+  // @ts-expect-error a bucket's key is fixed
+  bucket.key = 'other';
+  // @ts-expect-error what a batcher holds is counted by it
+  bucket.batched(2).held = 5;
+  // The package's internals stay out of its types.
+  // @ts-expect-error _reserve is internal
+  void bucket._reserve;
+  // @ts-expect-error so is the limiter's connection
+  void limiterFor()._conn;
+  // A raw reply is unknown, not any.
+  const raw = await limiterFor().execute('TB.INFO', ['k'], []);
+  // @ts-expect-error unknown until checked
+  void raw.length;
+  try {
+    await bucket.acquire();
+  } catch (e) {
+    // @ts-expect-error the name of a RateLimited is 'RateLimited'
+    if (e instanceof RateLimited && e.name === 'CommandError') throw e;
+  }
+}
+
+function bucketFor(): TokenBucket {
+  return limiterFor().bucket('k', 1, 5);
+}
 
 function limiterFor(): Limiter {
   return new Limiter(new Redis());
