@@ -21,66 +21,6 @@ import { RateLimited, Result } from './index.js';
 
 /** @import { Amount, Lease, LeasePart, Limiter, MultiResult, TokenBucket } from './index.js' */
 
-// The types are structural: BullMQ's Job and Queue fit them (its Job's
-// methods take its own data type: method parameters are compared both
-// ways, so a Job<T> fits JobLike).
-
-/**
- * What the helper uses of a BullMQ Job.
- * @typedef {{
- *   data: unknown,
- *   readonly attemptsStarted: number,
- *   updateData(data: unknown): Promise<void>,
- *   moveToDelayed(timestamp: number, token?: string): Promise<void>,
- * }} JobLike
- */
-
-/**
- * What the helper uses of a BullMQ Queue (the queue-wide case).
- * @typedef {{ rateLimit(expireTimeMs: number): Promise<void> }} QueueLike
- */
-
-/**
- * Fair share: the flow a job waits in (a string or Buffer of 1 to 128 bytes,
- * or a function of the job giving one, e.g. `(job) => job.data.tenant`; null
- * or undefined: no flow) and its weight (1 to 1000000, default 1). A job
- * with a flow waits in the worker, on the server, in its flow's queue, for
- * at most `maxWaitMs`; ignored on the Lua fallback.
- * @template {JobLike} [J=JobLike]
- * @typedef {Object} FlowOf
- * @property {string | Buffer | ((job: J) => FlowName | Promise<FlowName>)} [flow] The flow's name, or a function of the job giving it.
- * @property {number | ((job: J) => number | Promise<number>)} [weight] The flow's weight, or a function of the job giving it.
- */
-
-/** A flow's name; null or undefined: no flow. @typedef {string | Buffer | null | undefined} FlowName */
-
-/**
- * @template {JobLike} [J=JobLike]
- * @typedef {Object} LimitOptions
- * @property {Amount | ((job: J) => Amount | Promise<Amount>)} [cost] Tokens per job (or a function of the job); default 1.
- * @property {number} [maxWaitMs] The longest wait a reservation may hold (default: the server's `tb.max-wait-ms`).
- * @property {number} [leadMs] How early a delayed job comes back to wait the rest in the worker; default 250.
- * @property {QueueLike} [queue] Queue-wide case (one bucket for the whole queue): rate-limit this queue while the bucket's backlog is too long. Not with `flow`.
- */
-/** @template {JobLike} [J=JobLike] @typedef {FlowOf<J> & LimitOptions<J>} LimitProcessorOptions */
-
-/**
- * @template {JobLike} [J=JobLike]
- * @typedef {Object} LeaseOptionsOf
- * @property {number} ttlMs How long the leases last if the worker vanishes, in ms: longer than the call can take.
- * @property {number} [maxDelayMs] The longest a job short of a part waits in the delayed set before asking again; default 1000.
- * @property {(err: unknown) => boolean} [returnOn] Errors that mean the request never left (besides NotSentError): everything is given back.
- * @property {Limiter} [limiter] The limiter to call (default: the first part's bucket's).
- * @property {number} [maxWaitMs] With a flow: how long a job waits in its flow's queue before it is delayed (default: the server's `tb.max-wait-ms`).
- */
-/** @template {JobLike} [J=JobLike] @typedef {FlowOf<J> & LeaseOptionsOf<J>} LeaseProcessorOptions */
-
-/**
- * A BullMQ processor: what a Worker runs for each job.
- * @template {JobLike} J
- * @template R
- * @typedef {(job: J, token?: string, signal?: AbortSignal) => Promise<R>} Processor
- */
 
 // No `import 'bullmq'`: the package resolves its imports from its own real
 // path, which is not the user's project when it is installed by path (npm
@@ -397,3 +337,76 @@ export function leaseProcessor(parts, processor, options) {
     }
   };
 }
+
+// ---------------------------------------------------------------------------
+// Types (JSDoc). At the end of the file: TypeScript 7's declaration emit
+// gives a @typedef's comment to the statement after it, not to the type
+// (microsoft/TypeScript#63958), so here it goes to no statement.
+// ---------------------------------------------------------------------------
+
+// The types are structural: BullMQ's Job and Queue fit them (its Job's
+// methods take its own data type: method parameters are compared both
+// ways, so a Job<T> fits JobLike).
+
+/**
+ * What the helper uses of a BullMQ Job. `data` is `any`, as in BullMQ's
+ * own `Job` (its default data type): a processor wrapped inside `new
+ * Worker(...)` gets no job type from the Worker (TypeScript infers none
+ * there), and its untyped `job.data.tenant` must compile as it does
+ * without the helper; annotate the job (`job: Job<{ tenant: string }>`)
+ * for a checked one. The one `any` of the package's types
+ * (test/declarations.test.js).
+ * @typedef {{
+ *   data: any,
+ *   readonly attemptsStarted: number,
+ *   updateData(data: unknown): Promise<void>,
+ *   moveToDelayed(timestamp: number, token?: string): Promise<void>,
+ * }} JobLike
+ */
+
+/**
+ * What the helper uses of a BullMQ Queue (the queue-wide case).
+ * @typedef {{ rateLimit(expireTimeMs: number): Promise<void> }} QueueLike
+ */
+
+/**
+ * Fair share: the flow a job waits in (a string or Buffer of 1 to 128 bytes,
+ * or a function of the job giving one, e.g. `(job) => job.data.tenant`; null
+ * or undefined: no flow) and its weight (1 to 1000000, default 1). A job
+ * with a flow waits in the worker, on the server, in its flow's queue, for
+ * at most `maxWaitMs`; ignored on the Lua fallback.
+ * @template {JobLike} [J=JobLike]
+ * @typedef {Object} FlowOf
+ * @property {string | Buffer | ((job: J) => FlowName | Promise<FlowName>)} [flow] The flow's name, or a function of the job giving it.
+ * @property {number | ((job: J) => number | Promise<number>)} [weight] The flow's weight, or a function of the job giving it.
+ */
+
+/** A flow's name; null or undefined: no flow. @typedef {string | Buffer | null | undefined} FlowName */
+
+/**
+ * @template {JobLike} [J=JobLike]
+ * @typedef {Object} LimitOptions
+ * @property {Amount | ((job: J) => Amount | Promise<Amount>)} [cost] Tokens per job (or a function of the job); default 1.
+ * @property {number} [maxWaitMs] The longest wait a reservation may hold (default: the server's `tb.max-wait-ms`).
+ * @property {number} [leadMs] How early a delayed job comes back to wait the rest in the worker; default 250.
+ * @property {QueueLike} [queue] Queue-wide case (one bucket for the whole queue): rate-limit this queue while the bucket's backlog is too long. Not with `flow`.
+ */
+/** @template {JobLike} [J=JobLike] @typedef {FlowOf<J> & LimitOptions<J>} LimitProcessorOptions */
+
+/**
+ * @template {JobLike} [J=JobLike]
+ * @typedef {Object} LeaseOptionsOf
+ * @property {number} ttlMs How long the leases last if the worker vanishes, in ms: longer than the call can take.
+ * @property {number} [maxDelayMs] The longest a job short of a part waits in the delayed set before asking again; default 1000.
+ * @property {(err: unknown) => boolean} [returnOn] Errors that mean the request never left (besides NotSentError): everything is given back.
+ * @property {Limiter} [limiter] The limiter to call (default: the first part's bucket's).
+ * @property {number} [maxWaitMs] With a flow: how long a job waits in its flow's queue before it is delayed (default: the server's `tb.max-wait-ms`).
+ */
+/** @template {JobLike} [J=JobLike] @typedef {FlowOf<J> & LeaseOptionsOf<J>} LeaseProcessorOptions */
+
+/**
+ * A BullMQ processor: what a Worker runs for each job.
+ * @template {JobLike} J
+ * @template R
+ * @typedef {(job: J, token?: string, signal?: AbortSignal) => Promise<R>} Processor
+ */

@@ -1,7 +1,8 @@
 // The shipped declarations (types/) are generated from the JSDoc of src/
 // by tsc (tools/types.js): they must be what tsc generates now, and no
-// `any` may leak into them (test/types.ts checks what they accept and
-// refuse; the installed-package test checks them as users get them).
+// `any` may leak into them but a BullMQ job's data (test/types.ts checks
+// what they accept and refuse; the installed-package test checks them as
+// users get them).
 
 import assert from 'node:assert/strict';
 import { readFileSync, readdirSync } from 'node:fs';
@@ -15,15 +16,22 @@ test('types/ is what tsc generates from src/ (npm run build:types)', () => {
   assert.deepEqual(staleTypes(), [], "stale: run 'npm run build:types' and commit types/");
 });
 
-test('no declaration is typed any', () => {
+/**
+ * The one `any` allowed: a BullMQ job's data, as BullMQ types it when the
+ * job's type is not given (src/bullmq.js, JobLike).
+ */
+const ALLOWED_ANY = new Set(['types/bullmq.d.ts: data: any;']);
+
+test('no declaration is typed any, but a job\'s data', () => {
   const found = [];
   for (const name of readdirSync(TYPES).filter((f) => f.endsWith('.d.ts'))) {
     // The code, without its comments (whose prose may say "any").
     const code = readFileSync(new URL(name, TYPES), 'utf8')
       .replace(/\/\*[\s\S]*?\*\//g, '')
       .replace(/\/\/.*$/gm, '');
-    code.split('\n').forEach((line, i) => {
-      if (/\bany\b/.test(line)) found.push(`types/${name}: ${line.trim()}`);
+    code.split('\n').forEach((line) => {
+      const where = `types/${name}: ${line.trim()}`;
+      if (/\bany\b/.test(line) && !ALLOWED_ANY.has(where)) found.push(where);
     });
   }
   assert.deepEqual(found, []);

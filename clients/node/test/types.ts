@@ -100,6 +100,12 @@ export async function usage(): Promise<void> {
     { connection },
   );
   void [worker, RESERVATION_FIELD];
+  // Untyped inside a Worker, a job's data is BullMQ's default (any), as the README's snippets use it.
+  new Worker('untyped', limitProcessor(llm, async (job) => `${job.data.tenant}`, { flow: (job) => job.data.tenant }), { connection });
+  limitProcessor(llm, async (job: Job<{ tenant: string }>) => job.data.tenant, {
+    // @ts-expect-error a typed job's data is checked
+    flow: (job) => job.data.other,
+  });
 
   // Leases: the failure rules, several limits at once, and BullMQ.
   const slots = limiter.bucket('{acme}:inflight', 0, 8);

@@ -1,67 +1,4 @@
 import type { Amount, Lease, LeasePart, Limiter, MultiResult, TokenBucket } from './index.js';
-export type JobLike = {
-    data: unknown;
-    readonly attemptsStarted: number;
-    updateData(data: unknown): Promise<void>;
-    moveToDelayed(timestamp: number, token?: string): Promise<void>;
-};
-export type QueueLike = {
-    rateLimit(expireTimeMs: number): Promise<void>;
-};
-export type FlowOf<J extends JobLike = JobLike> = {
-    /**
-     * The flow's name, or a function of the job giving it.
-     */
-    flow?: string | Buffer | ((job: J) => FlowName | Promise<FlowName>);
-    /**
-     * The flow's weight, or a function of the job giving it.
-     */
-    weight?: number | ((job: J) => number | Promise<number>);
-};
-export type FlowName = string | Buffer | null | undefined;
-export type LimitOptions<J extends JobLike = JobLike> = {
-    /**
-     * Tokens per job (or a function of the job); default 1.
-     */
-    cost?: Amount | ((job: J) => Amount | Promise<Amount>);
-    /**
-     * The longest wait a reservation may hold (default: the server's `tb.max-wait-ms`).
-     */
-    maxWaitMs?: number;
-    /**
-     * How early a delayed job comes back to wait the rest in the worker; default 250.
-     */
-    leadMs?: number;
-    /**
-     * Queue-wide case (one bucket for the whole queue): rate-limit this queue while the bucket's backlog is too long. Not with `flow`.
-     */
-    queue?: QueueLike;
-};
-export type LimitProcessorOptions<J extends JobLike = JobLike> = FlowOf<J> & LimitOptions<J>;
-export type LeaseOptionsOf<J extends JobLike = JobLike> = {
-    /**
-     * How long the leases last if the worker vanishes, in ms: longer than the call can take.
-     */
-    ttlMs: number;
-    /**
-     * The longest a job short of a part waits in the delayed set before asking again; default 1000.
-     */
-    maxDelayMs?: number;
-    /**
-     * Errors that mean the request never left (besides NotSentError): everything is given back.
-     */
-    returnOn?: (err: unknown) => boolean;
-    /**
-     * The limiter to call (default: the first part's bucket's).
-     */
-    limiter?: Limiter;
-    /**
-     * With a flow: how long a job waits in its flow's queue before it is delayed (default: the server's `tb.max-wait-ms`).
-     */
-    maxWaitMs?: number;
-};
-export type LeaseProcessorOptions<J extends JobLike = JobLike> = FlowOf<J> & LeaseOptionsOf<J>;
-export type Processor<J extends JobLike, R> = (job: J, token?: string, signal?: AbortSignal) => Promise<R>;
 /** The field of the job's data that carries its reservation. */
 export declare const RESERVATION_FIELD: 'tbReservation';
 /**
@@ -154,3 +91,122 @@ export type Reservation = {
  * @returns {Processor<J, R>}
  */
 export declare function leaseProcessor<J extends JobLike = JobLike, R = unknown>(parts: ReadonlyArray<LeasePart> | ((job: J) => ReadonlyArray<LeasePart> | Promise<ReadonlyArray<LeasePart>>), processor: (job: J, token: string | undefined, signal: AbortSignal | undefined, lease: Lease<MultiResult>) => Promise<R>, options: LeaseProcessorOptions<J>): Processor<J, R>;
+export type JobLike = {
+    data: any;
+    readonly attemptsStarted: number;
+    updateData(data: unknown): Promise<void>;
+    moveToDelayed(timestamp: number, token?: string): Promise<void>;
+};
+export type QueueLike = {
+    rateLimit(expireTimeMs: number): Promise<void>;
+};
+export type FlowOf<J extends JobLike = JobLike> = {
+    /**
+     * The flow's name, or a function of the job giving it.
+     */
+    flow?: string | Buffer | ((job: J) => FlowName | Promise<FlowName>);
+    /**
+     * The flow's weight, or a function of the job giving it.
+     */
+    weight?: number | ((job: J) => number | Promise<number>);
+};
+export type FlowName = string | Buffer | null | undefined;
+export type LimitOptions<J extends JobLike = JobLike> = {
+    /**
+     * Tokens per job (or a function of the job); default 1.
+     */
+    cost?: Amount | ((job: J) => Amount | Promise<Amount>);
+    /**
+     * The longest wait a reservation may hold (default: the server's `tb.max-wait-ms`).
+     */
+    maxWaitMs?: number;
+    /**
+     * How early a delayed job comes back to wait the rest in the worker; default 250.
+     */
+    leadMs?: number;
+    /**
+     * Queue-wide case (one bucket for the whole queue): rate-limit this queue while the bucket's backlog is too long. Not with `flow`.
+     */
+    queue?: QueueLike;
+};
+export type LimitProcessorOptions<J extends JobLike = JobLike> = FlowOf<J> & LimitOptions<J>;
+export type LeaseOptionsOf<J extends JobLike = JobLike> = {
+    /**
+     * How long the leases last if the worker vanishes, in ms: longer than the call can take.
+     */
+    ttlMs: number;
+    /**
+     * The longest a job short of a part waits in the delayed set before asking again; default 1000.
+     */
+    maxDelayMs?: number;
+    /**
+     * Errors that mean the request never left (besides NotSentError): everything is given back.
+     */
+    returnOn?: (err: unknown) => boolean;
+    /**
+     * The limiter to call (default: the first part's bucket's).
+     */
+    limiter?: Limiter;
+    /**
+     * With a flow: how long a job waits in its flow's queue before it is delayed (default: the server's `tb.max-wait-ms`).
+     */
+    maxWaitMs?: number;
+};
+export type LeaseProcessorOptions<J extends JobLike = JobLike> = FlowOf<J> & LeaseOptionsOf<J>;
+export type Processor<J extends JobLike, R> = (job: J, token?: string, signal?: AbortSignal) => Promise<R>;
+/**
+ * What the helper uses of a BullMQ Job. `data` is `any`, as in BullMQ's
+ * own `Job` (its default data type): a processor wrapped inside `new
+ * Worker(...)` gets no job type from the Worker (TypeScript infers none
+ * there), and its untyped `job.data.tenant` must compile as it does
+ * without the helper; annotate the job (`job: Job<{ tenant: string }>`)
+ * for a checked one. The one `any` of the package's types
+ * (test/declarations.test.js).
+ * @typedef {{
+ *   data: any,
+ *   readonly attemptsStarted: number,
+ *   updateData(data: unknown): Promise<void>,
+ *   moveToDelayed(timestamp: number, token?: string): Promise<void>,
+ * }} JobLike
+ */
+/**
+ * What the helper uses of a BullMQ Queue (the queue-wide case).
+ * @typedef {{ rateLimit(expireTimeMs: number): Promise<void> }} QueueLike
+ */
+/**
+ * Fair share: the flow a job waits in (a string or Buffer of 1 to 128 bytes,
+ * or a function of the job giving one, e.g. `(job) => job.data.tenant`; null
+ * or undefined: no flow) and its weight (1 to 1000000, default 1). A job
+ * with a flow waits in the worker, on the server, in its flow's queue, for
+ * at most `maxWaitMs`; ignored on the Lua fallback.
+ * @template {JobLike} [J=JobLike]
+ * @typedef {Object} FlowOf
+ * @property {string | Buffer | ((job: J) => FlowName | Promise<FlowName>)} [flow] The flow's name, or a function of the job giving it.
+ * @property {number | ((job: J) => number | Promise<number>)} [weight] The flow's weight, or a function of the job giving it.
+ */
+/** A flow's name; null or undefined: no flow. @typedef {string | Buffer | null | undefined} FlowName */
+/**
+ * @template {JobLike} [J=JobLike]
+ * @typedef {Object} LimitOptions
+ * @property {Amount | ((job: J) => Amount | Promise<Amount>)} [cost] Tokens per job (or a function of the job); default 1.
+ * @property {number} [maxWaitMs] The longest wait a reservation may hold (default: the server's `tb.max-wait-ms`).
+ * @property {number} [leadMs] How early a delayed job comes back to wait the rest in the worker; default 250.
+ * @property {QueueLike} [queue] Queue-wide case (one bucket for the whole queue): rate-limit this queue while the bucket's backlog is too long. Not with `flow`.
+ */
+/** @template {JobLike} [J=JobLike] @typedef {FlowOf<J> & LimitOptions<J>} LimitProcessorOptions */
+/**
+ * @template {JobLike} [J=JobLike]
+ * @typedef {Object} LeaseOptionsOf
+ * @property {number} ttlMs How long the leases last if the worker vanishes, in ms: longer than the call can take.
+ * @property {number} [maxDelayMs] The longest a job short of a part waits in the delayed set before asking again; default 1000.
+ * @property {(err: unknown) => boolean} [returnOn] Errors that mean the request never left (besides NotSentError): everything is given back.
+ * @property {Limiter} [limiter] The limiter to call (default: the first part's bucket's).
+ * @property {number} [maxWaitMs] With a flow: how long a job waits in its flow's queue before it is delayed (default: the server's `tb.max-wait-ms`).
+ */
+/** @template {JobLike} [J=JobLike] @typedef {FlowOf<J> & LeaseOptionsOf<J>} LeaseProcessorOptions */
+/**
+ * A BullMQ processor: what a Worker runs for each job.
+ * @template {JobLike} J
+ * @template R
+ * @typedef {(job: J, token?: string, signal?: AbortSignal) => Promise<R>} Processor
+ */
