@@ -25,86 +25,9 @@ export { CommandError, NotSentError, RateLimited } from './errors.js';
 export { Batcher } from './batcher.js';
 export { Lease } from './leases.js';
 
-/** @import { Connection } from './connection.js' */
-/** @import { LeasedPart } from './leases.js' */
+// The public types (options, keys, amounts) are JSDoc typedefs at the end of
+// this file; tsc generates the shipped declarations (types/) from them.
 
-/** Which implementation answers: the native module or the Lua script. @typedef {'module' | 'lua'} Backend */
-/** A rate: `'10'`, `'0.5'`, `'100/m'`, `'1e-3'`, or a non-negative number. @typedef {string | number} Rate */
-/** A token count: an integer from 0 to 2^53. @typedef {number | bigint} Amount */
-/** A key: a string, or a Buffer for binary keys. @typedef {string | Buffer} Key */
-/**
- * A connected client of node-redis 4+ (`createClient`, `createCluster`) or
- * ioredis 5+ (`Redis`, `Cluster`). Typed loosely so that every version of
- * both libraries fits; the limiter checks the object at run time.
- * @typedef {object} RedisClientLike
- */
-/** A flow with calls waiting on a bucket (`BucketInfo.flows`). @typedef {import('./results.js').FlowInfo} FlowInfo */
-
-/**
- * @typedef {Object} LimiterOptions
- * @property {Backend | 'auto'} [backend] `'auto'` (default): the module when the server has it, else the Lua fallback.
- * @property {number} [maxWaitMs] The server's `tb.max-wait-ms` when known (default: learned, assumed 60000 until then).
- */
-
-/**
- * @typedef {Object} ReserveOptions
- * @property {number} [maxWaitMs] Reserve only if the tokens are due within this many ms (default: the server's longest wait).
- */
-
-/**
- * Fair share under saturation: the flow a waiting call belongs to (a
- * tenant, a priority class) and its weight. The call waits on the server in
- * its flow's queue (BLOCK ms FLOW name [WEIGHT w], module only, on a
- * dedicated connection); while several flows wait on a bucket, grants go to
- * them in proportion to their weights, first come first served within a
- * flow. Ignored on the Lua fallback (it polls: no fair share there).
- * @typedef {Object} FlowOptions
- * @property {string | Buffer} [flow] The flow's name: 1 to 128 bytes (RangeError with the server's error line otherwise).
- * @property {number} [weight] The flow's weight: an integer from 1 to 1000000 (default 1); another needs `flow`.
- */
-
-/**
- * @typedef {Object} WaitOptions
- * @property {number} [timeoutMs] Give up (RateLimited) if the tokens are not due within this many ms (default: the server's longest wait).
- * @property {AbortSignal} [signal] Aborting ends the wait with the signal's reason and gives back what was reserved.
- * @property {boolean} [block] Let the server hold the reply (BLOCK, module only) on a connection the limiter duplicates.
- */
-/** @typedef {FlowOptions & WaitOptions} AcquireOptions */
-
-/**
- * `ATMOST [MIN chunk]`: a partial grant, of at least `chunk` (or all of n when smaller).
- * @typedef {Object} AtMostOptions
- * @property {boolean} [atmost] Take as many whole tokens as are there (at least `chunk`).
- * @property {Amount} [chunk] The smallest grant worth having (needs `atmost`); at most the capacity.
- */
-
-/**
- * @typedef {Object} LeaseWaitOptions
- * @property {number} ttlMs How long the lease lasts if never released, in ms (1 to 86400000).
- * @property {number} [timeoutMs] How long to keep trying for it (default: until granted or never possible).
- * @property {AbortSignal} [signal] Aborting ends the wait with the signal's reason; a lease granted meanwhile is given back.
- * @property {boolean} [block] Wait on the server (TB.CONSUME or TB.MCONSUME ... LEASE ... BLOCK ms, module only) on a dedicated connection: first come first served, one call per grant. Polls on the Lua fallback.
- */
-/** @typedef {FlowOptions & LeaseWaitOptions} LeaseOptions */
-
-/**
- * @typedef {Object} ReturnOnOption
- * @property {(err: unknown) => boolean} [returnOn] Errors that mean the request never left (besides NotSentError): everything is given back.
- */
-/** @typedef {LeaseOptions & ReturnOnOption} WithLeaseOptions */
-
-/**
- * @typedef {Object} KeepOption
- * @property {boolean} [keep] An estimate (TB.CONSUME ... LEASE ttl KEEP): an expired lease stays charged; else a slot, which comes back.
- */
-
-/** `[bucket, n]` taken; `[bucket, n, 'estimate' | 'slot']` lent. @typedef {readonly [TokenBucket, Amount] | readonly [TokenBucket, Amount, 'estimate' | 'slot']} LeasePart */
-
-/**
- * @typedef {Object} BatchOptions
- * @property {number} [holdMs] Give back what is held after this long with no request (default 50).
- * @property {number} [maxHoldMs] Give back what is held at the latest this long after it was taken (default 500).
- */
 
 /** Source of the Lua fallback (`tb.lua` in this package). */
 export const SCRIPT = readFileSync(new URL('./tb.lua', import.meta.url), 'utf8');
@@ -875,3 +798,90 @@ export class TokenBucket {
 function resultOf(reply) {
   return Result.fromReply(/** @type {unknown[]} */ (reply));
 }
+
+// ---------------------------------------------------------------------------
+// Types (JSDoc). At the end of the file: TypeScript 7's declaration emit
+// gives a @typedef's comment to the statement after it, not to the type
+// (microsoft/TypeScript#63958), so here it goes to no statement.
+// ---------------------------------------------------------------------------
+
+/** @import { Connection } from './connection.js' */
+/** @import { LeasedPart } from './leases.js' */
+
+/** Which implementation answers: the native module or the Lua script. @typedef {'module' | 'lua'} Backend */
+/** A rate: `'10'`, `'0.5'`, `'100/m'`, `'1e-3'`, or a non-negative number. @typedef {string | number} Rate */
+/** A token count: an integer from 0 to 2^53. @typedef {number | bigint} Amount */
+/** A key: a string, or a Buffer for binary keys. @typedef {string | Buffer} Key */
+/**
+ * A connected client of node-redis 4+ (`createClient`, `createCluster`) or
+ * ioredis 5+ (`Redis`, `Cluster`). Typed loosely so that every version of
+ * both libraries fits; the limiter checks the object at run time.
+ * @typedef {object} RedisClientLike
+ */
+/** A flow with calls waiting on a bucket (`BucketInfo.flows`). @typedef {import('./results.js').FlowInfo} FlowInfo */
+
+/**
+ * @typedef {Object} LimiterOptions
+ * @property {Backend | 'auto'} [backend] `'auto'` (default): the module when the server has it, else the Lua fallback.
+ * @property {number} [maxWaitMs] The server's `tb.max-wait-ms` when known (default: learned, assumed 60000 until then).
+ */
+
+/**
+ * @typedef {Object} ReserveOptions
+ * @property {number} [maxWaitMs] Reserve only if the tokens are due within this many ms (default: the server's longest wait).
+ */
+
+/**
+ * Fair share under saturation: the flow a waiting call belongs to (a
+ * tenant, a priority class) and its weight. The call waits on the server in
+ * its flow's queue (BLOCK ms FLOW name [WEIGHT w], module only, on a
+ * dedicated connection); while several flows wait on a bucket, grants go to
+ * them in proportion to their weights, first come first served within a
+ * flow. Ignored on the Lua fallback (it polls: no fair share there).
+ * @typedef {Object} FlowOptions
+ * @property {string | Buffer} [flow] The flow's name: 1 to 128 bytes (RangeError with the server's error line otherwise).
+ * @property {number} [weight] The flow's weight: an integer from 1 to 1000000 (default 1); another needs `flow`.
+ */
+
+/**
+ * @typedef {Object} WaitOptions
+ * @property {number} [timeoutMs] Give up (RateLimited) if the tokens are not due within this many ms (default: the server's longest wait).
+ * @property {AbortSignal} [signal] Aborting ends the wait with the signal's reason and gives back what was reserved.
+ * @property {boolean} [block] Let the server hold the reply (BLOCK, module only) on a connection the limiter duplicates.
+ */
+/** @typedef {FlowOptions & WaitOptions} AcquireOptions */
+
+/**
+ * `ATMOST [MIN chunk]`: a partial grant, of at least `chunk` (or all of n when smaller).
+ * @typedef {Object} AtMostOptions
+ * @property {boolean} [atmost] Take as many whole tokens as are there (at least `chunk`).
+ * @property {Amount} [chunk] The smallest grant worth having (needs `atmost`); at most the capacity.
+ */
+
+/**
+ * @typedef {Object} LeaseWaitOptions
+ * @property {number} ttlMs How long the lease lasts if never released, in ms (1 to 86400000).
+ * @property {number} [timeoutMs] How long to keep trying for it (default: until granted or never possible).
+ * @property {AbortSignal} [signal] Aborting ends the wait with the signal's reason; a lease granted meanwhile is given back.
+ * @property {boolean} [block] Wait on the server (TB.CONSUME or TB.MCONSUME ... LEASE ... BLOCK ms, module only) on a dedicated connection: first come first served, one call per grant. Polls on the Lua fallback.
+ */
+/** @typedef {FlowOptions & LeaseWaitOptions} LeaseOptions */
+
+/**
+ * @typedef {Object} ReturnOnOption
+ * @property {(err: unknown) => boolean} [returnOn] Errors that mean the request never left (besides NotSentError): everything is given back.
+ */
+/** @typedef {LeaseOptions & ReturnOnOption} WithLeaseOptions */
+
+/**
+ * @typedef {Object} KeepOption
+ * @property {boolean} [keep] An estimate (TB.CONSUME ... LEASE ttl KEEP): an expired lease stays charged; else a slot, which comes back.
+ */
+
+/** `[bucket, n]` taken; `[bucket, n, 'estimate' | 'slot']` lent. @typedef {readonly [TokenBucket, Amount] | readonly [TokenBucket, Amount, 'estimate' | 'slot']} LeasePart */
+
+/**
+ * @typedef {Object} BatchOptions
+ * @property {number} [holdMs] Give back what is held after this long with no request (default 50).
+ * @property {number} [maxHoldMs] Give back what is held at the latest this long after it was taken (default 500).
+ */

@@ -1,13 +1,6 @@
 // The replies of TB.CONSUME, TB.MCONSUME and TB.INFO as objects.
 
 /**
- * A flow with calls waiting on a bucket (`BucketInfo.flows`): its `name`,
- * decoded as UTF-8 (`''`: the default flow of calls queued without FLOW),
- * its `weight`, and the calls of this flow `waiting` on the bucket.
- * @typedef {{ readonly name: string, readonly weight: number, readonly waiting: number }} FlowInfo
- */
-
-/**
  * A reply's integer (a number, or a string or Buffer of digits) as a number.
  * @param {unknown} x
  * @returns {number}
@@ -247,3 +240,16 @@ function flowsOf(flat) {
   }
   return out;
 }
+
+// ---------------------------------------------------------------------------
+// Types (JSDoc). At the end of the file: TypeScript 7's declaration emit
+// gives a @typedef's comment to the statement after it, not to the type
+// (microsoft/TypeScript#63958), so here it goes to no statement.
+// ---------------------------------------------------------------------------
+
+/**
+ * A flow with calls waiting on a bucket (`BucketInfo.flows`): its `name`,
+ * decoded as UTF-8 (`''`: the default flow of calls queued without FLOW),
+ * its `weight`, and the calls of this flow `waiting` on the bucket.
+ * @typedef {{ readonly name: string, readonly weight: number, readonly waiting: number }} FlowInfo
+ */

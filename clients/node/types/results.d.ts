@@ -1,14 +1,3 @@
-export type FlowInfo = {
-    readonly name: string;
-    readonly weight: number;
-    readonly waiting: number;
-};
-/**
- * A flow with calls waiting on a bucket (`BucketInfo.flows`): its `name`,
- * decoded as UTF-8 (`''`: the default flow of calls queued without FLOW),
- * its `weight`, and the calls of this flow `waiting` on the bucket.
- * @typedef {{ readonly name: string, readonly weight: number, readonly waiting: number }} FlowInfo
- */
 /**
  * A reply's integer (a number, or a string or Buffer of digits) as a number.
  * @param {unknown} x
@@ -139,3 +128,14 @@ export declare class BucketInfo {
      */
     static fromReply(reply: ReadonlyArray<unknown>): BucketInfo;
 }
+export type FlowInfo = {
+    readonly name: string;
+    readonly weight: number;
+    readonly waiting: number;
+};
+/**
+ * A flow with calls waiting on a bucket (`BucketInfo.flows`): its `name`,
+ * decoded as UTF-8 (`''`: the default flow of calls queued without FLOW),
+ * its `weight`, and the calls of this flow `waiting` on the bucket.
+ * @typedef {{ readonly name: string, readonly weight: number, readonly waiting: number }} FlowInfo
+ */
