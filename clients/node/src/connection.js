@@ -177,6 +177,7 @@ class IoredisConnection {
    * Cluster routes it by the first one (without them it would go to any
    * node, and follow a MOVED reply if there is one). Auto-pipelining is off
    * in this view: its batches are routed by the keys ioredis finds.
+   * @internal
    * @param {ReadonlyArray<Key>} keys
    * @param {Parts} args
    * @returns {Promise<unknown>}

@@ -127,17 +127,6 @@ declare class IoredisConnection {
      * @returns {Promise<unknown>}
      */
     sendTo(key: Key, args: ReadonlyArray<string>): Promise<unknown>;
-    /**
-     * ioredis finds the keys only of commands it knows. `call` builds the
-     * command; this view of the client sets its keys before it is sent, so a
-     * Cluster routes it by the first one (without them it would go to any
-     * node, and follow a MOVED reply if there is one). Auto-pipelining is off
-     * in this view: its batches are routed by the keys ioredis finds.
-     * @param {ReadonlyArray<Key>} keys
-     * @param {Parts} args
-     * @returns {Promise<unknown>}
-     */
-    _routed(keys: ReadonlyArray<Key>, args: Parts): Promise<unknown>;
     duplicate(): Promise<IoredisConnection>;
 }
 export {};
