@@ -23,6 +23,7 @@ use crate::glue::command::{
 };
 use crate::glue::command::{Keys, Spec};
 use crate::glue::entry::{Args, CmdResult, Ctx};
+use crate::glue::setstate;
 use crate::parse::{self, SetStateArgs};
 
 /// `TB.SETSTATE`.
@@ -59,6 +60,28 @@ impl Command for SetState {
             ),
         ],
     };
+}
+
+// The name registered is the name the glue replicates and writes to the AOF.
+const _: () = assert!(
+    same_name(SetState::SPEC.name.to_bytes(), setstate::NAME.to_bytes()),
+    "TB.SETSTATE is registered under another name than the one emitted"
+);
+
+/// Whether two command names are equal, ignoring ASCII case (as Redis
+/// does), at compile time.
+const fn same_name(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if !a[i].eq_ignore_ascii_case(&b[i]) {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 fn run(ctx: &Ctx, args: &Args) -> CmdResult {

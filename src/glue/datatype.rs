@@ -14,9 +14,9 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use super::entry::guard;
-use super::store::SETSTATE;
+use super::setstate::{self, State};
 use crate::bucket::Bucket;
-use crate::codec::{packed, rdb_v1, rdb_v2, wire};
+use crate::codec::{packed, rdb_v1, rdb_v2};
 use crate::lease::Leases;
 
 /// RDB encoding version of a bucket. Versions 2 and 3 save the [`rdb_v2`]
@@ -327,7 +327,7 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
 }
 
 /// Emits `TB.SETSTATE key state` with the compact state and no expiry
-/// ([`wire`]); Redis itself appends `PEXPIREAT` for keys with an expiry.
+/// ([`crate::codec::wire`]); Redis itself appends `PEXPIREAT` for keys with an expiry.
 extern "C" fn aof_rewrite(
     aof: *mut raw::RedisModuleIO,
     key: *mut raw::RedisModuleString,
@@ -336,21 +336,13 @@ extern "C" fn aof_rewrite(
     guard((), || {
         // SAFETY: Redis passes a value created by this type.
         let (b, leases) = unsafe { (read_value(value), read_leases(value)) };
-        let mut buf = Vec::with_capacity(wire::MAX_LEN);
-        wire::encode_state(&b, &leases, 0, &mut buf);
-        let len = buf.len();
-        // SAFETY: the format string matches the arguments: s = RedisModuleString*,
-        // b = (char*, size_t).
-        unsafe {
-            raw::RedisModule_EmitAOF.unwrap()(
-                aof,
-                SETSTATE.as_ptr(),
-                c"sb".as_ptr(),
-                key,
-                buf.as_ptr(),
-                len,
-            )
+        let state = State::Whole {
+            bucket: &b,
+            leases: &leases,
+            expire_at_ms: 0,
         };
+        // SAFETY: aof and key are this callback's live arguments.
+        unsafe { setstate::emit_aof(aof, key, &state) };
     })
 }
 

@@ -12,6 +12,7 @@ pub mod lease_wait;
 pub mod log;
 pub mod random;
 pub mod reply;
+pub mod setstate;
 pub mod stats;
 pub mod store;
 pub mod top;

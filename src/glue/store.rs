@@ -16,14 +16,10 @@ use redis_module::raw;
 use super::config;
 use super::datatype::{self, tb_type};
 use super::entry::{CmdError, Ctx, KeyName};
+use super::setstate::{self, State};
 use crate::bucket::{Bucket, Expiry};
-use crate::codec::wire;
 use crate::errors::{self, ERR_OOM};
 use crate::lease::{self, Delta, Leases};
-
-/// Name of the internal command that sets a bucket's absolute state; it is
-/// what replicas and the AOF receive instead of the client's command.
-pub const SETSTATE: &std::ffi::CStr = c"TB.SETSTATE";
 
 /// Marker of a key opened for reading only.
 pub enum Read {}
@@ -243,20 +239,7 @@ impl<'c> BucketKey<'c, Write> {
             None => {
                 self.leases.borrow_mut().clear_journal();
                 self.delete();
-                // Not as DEL: rename-command can rename DEL away, and then
-                // RedisModule_Replicate finds no such command and sends
-                // nothing. SETSTATE is ours and cannot be renamed.
-                // SAFETY: ctx and the key name are live; the format string
-                // matches the arguments: s = RedisModuleString*, c = C string.
-                unsafe {
-                    raw::RedisModule_Replicate.unwrap()(
-                        self.ctx.as_ptr(),
-                        SETSTATE.as_ptr(),
-                        c"sc".as_ptr(),
-                        self.name.as_ptr(),
-                        c"DEL".as_ptr(),
-                    )
-                };
+                setstate::replicate(self.ctx, &self.name, &State::Delete);
                 true
             }
             Some(at_ms) => {
@@ -421,29 +404,23 @@ impl<'c> BucketKey<'c, Write> {
     }
 
     /// Replicates `TB.SETSTATE key state`, with the state in its compact
-    /// binary form ([`wire`]): about a third of the bytes of the decimal
-    /// form, and one string object for Redis to build instead of six. With
-    /// `delta`, the bucket and that change to its leases ([`wire::TAG_DELTA`]):
-    /// bytes that do not grow with the leases held.
+    /// binary form ([`crate::codec::wire`]): about a third of the bytes of
+    /// the decimal form, and one string object for Redis to build instead
+    /// of six. With `delta`, the bucket and only that change to its leases.
     fn replicate_state(&self, b: &Bucket, at_ms: i64, delta: Option<&Delta>) {
-        let mut buf = Vec::with_capacity(wire::MAX_LEN);
-        match delta {
-            Some(d) => wire::encode_delta(b, d, at_ms, &mut buf),
-            None => wire::encode_state(b, &Leases::default(), at_ms, &mut buf),
-        }
-        let len = buf.len();
-        // SAFETY: ctx and name are live; the format string matches the
-        // arguments: s = RedisModuleString*, b = (char*, size_t).
-        unsafe {
-            raw::RedisModule_Replicate.unwrap()(
-                self.ctx.as_ptr(),
-                SETSTATE.as_ptr(),
-                c"sb".as_ptr(),
-                self.name.as_ptr(),
-                buf.as_ptr(),
-                len,
-            )
+        let state = match delta {
+            Some(d) => State::Change {
+                bucket: b,
+                delta: d,
+                expire_at_ms: at_ms,
+            },
+            None => State::Whole {
+                bucket: b,
+                leases: &Leases::default(),
+                expire_at_ms: at_ms,
+            },
         };
+        setstate::replicate(self.ctx, &self.name, &state);
     }
 }
 
