@@ -58,6 +58,7 @@ if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.me
       );
       process.exit(1);
     }
+    process.stdout.write('node types: types/ is what tsc generates from src/\n');
   } else {
     rmSync(TYPES, { recursive: true, force: true });
     emit(TYPES);
