@@ -559,11 +559,14 @@ fn settle(m: &Server, r: &Server) -> (i64, i64, String, Duration) {
 /// memory` is about 1.5 KB, an idle client's buffer 1 KB) grows it by one
 /// allocator size class per reply. jemalloc's classes (256 bytes there)
 /// reach the reply in 2 replies; the libc malloc of Valkey 9.1 from PyPI
-/// (`mem_allocator:libc`) steps by 16 bytes: about 30 replies, and the 5 s
-/// peak reset, when it falls between a doubling and its shrink, sends the
-/// buffer back to 1 KB. Without the module, a Valkey 9.1 client sending
-/// `INFO memory` every 0.4 s moved `used_memory` by 16 bytes a reply for
-/// 13 s; here the polling of `settle` kept it moving for 14 s to over 90 s.
+/// (`mem_allocator:libc`) steps by 16 bytes: about 30 replies, 15 s of
+/// polling. And the 5 s peak reset, when it falls between a doubling and
+/// its shrink, sends the buffer back to 1 KB; at a steady polling pace it
+/// falls there again and again. Without the module, a Valkey 9.1 client
+/// sending `INFO memory` every 0.4 s moved `used_memory` by 16 bytes a
+/// reply: it was still after 13 s in one run, after 33 s in two (the buffer
+/// back to 1 KB at 10, 20, 30 s) and never within 40 s in a fourth; here the
+/// polling of `settle` kept it moving for 14 s to over 90 s.
 fn fixed_reply_buffers(c: &mut Connection) {
     let () = redis::cmd("DEBUG")
         .arg("REPLYBUFFER")
