@@ -507,9 +507,9 @@ fn load(m: &Server, secs: u64, seed: u64) -> Round {
 }
 
 /// Waits until every bucket has expired on both servers and no fork runs,
-/// then returns their `used_memory` once it has stopped moving, and the
-/// memory fields of INFO.
-fn settle(m: &Server, r: &Server) -> (i64, i64, String) {
+/// then returns their `used_memory` once it has stopped moving, the memory
+/// fields of INFO, and how long memory took to stop moving.
+fn settle(m: &Server, r: &Server) -> (i64, i64, String, Duration) {
     let (mut mc, mut rc) = (m.conn(), r.conn());
     eventually("every bucket to expire", Duration::from_secs(90), || {
         dbsize(&mut mc) == 0
@@ -531,17 +531,49 @@ fn settle(m: &Server, r: &Server) -> (i64, i64, String) {
         "0",
         "no client is left waiting"
     );
-    // Redis shrinks emptied hash tables from serverCron (10 times a second).
+    // What still moves once the keys are gone is serverCron's work (10 times
+    // a second): shrinking the emptied hash tables takes a few ticks (the
+    // first two readings, 0.5 s apart, were equal on Redis 7.0 and Valkey
+    // 9.1); 10 s is 100 ticks. This holds with reply buffers of a fixed size
+    // only (see fixed_reply_buffers): else the polling below grows its own.
     let mut last = (0, 0);
-    eventually("memory to stop moving", Duration::from_secs(90), || {
+    let still_from = Instant::now();
+    eventually("memory to stop moving", Duration::from_secs(10), || {
         thread::sleep(Duration::from_millis(400));
         let now = (used_memory(&mut mc), used_memory(&mut rc));
         let still = now == last;
         last = now;
         still
     });
+    let took = still_from.elapsed();
     let summary = [&mut mc, &mut rc].map(memory_summary).join("\n  replica: ");
-    (last.0, last.1, format!("  master: {summary}"))
+    (last.0, last.1, format!("  master: {summary}"), took)
+}
+
+/// Stops the server from resizing client reply buffers (`DEBUG REPLYBUFFER
+/// RESIZING 0`), so that a client polling `INFO` does not move `used_memory`.
+///
+/// `clientsCronResizeOutputBuffer` (src/server.c of Redis 7.0+ and Valkey)
+/// doubles a reply buffer that a reply filled, and a tick later shrinks it
+/// to its peak + 1 byte: a client whose replies outgrow its buffer (`INFO
+/// memory` is about 1.5 KB, an idle client's buffer 1 KB) grows it by one
+/// allocator size class per reply. jemalloc's classes (256 bytes there)
+/// reach the reply in 2 replies; the libc malloc of Valkey 9.1 from PyPI
+/// (`mem_allocator:libc`) steps by 16 bytes: about 30 replies, 15 s of
+/// polling. And the 5 s peak reset, when it falls between a doubling and
+/// its shrink, sends the buffer back to 1 KB; at a steady polling pace it
+/// falls there again and again. Without the module, a Valkey 9.1 client
+/// sending `INFO memory` every 0.4 s moved `used_memory` by 16 bytes a
+/// reply: it was still after 13 s in one run, after 33 s in two (the buffer
+/// back to 1 KB at 10, 20, 30 s) and never within 40 s in a fourth; here the
+/// polling of `settle` kept it moving for 14 s to over 90 s.
+fn fixed_reply_buffers(c: &mut Connection) {
+    let () = redis::cmd("DEBUG")
+        .arg("REPLYBUFFER")
+        .arg("RESIZING")
+        .arg(0)
+        .query(c)
+        .unwrap_or_else(|e| panic!("DEBUG REPLYBUFFER RESIZING 0: {e}"));
 }
 
 /// The memory fields of INFO, for failure messages.
@@ -651,6 +683,8 @@ fn soak_loses_nothing_and_grants_nothing_extra() {
     );
     let mut mc = m.conn();
     let mut rc = r.conn();
+    fixed_reply_buffers(&mut mc);
+    fixed_reply_buffers(&mut rc);
 
     // Warm-up: a short round of the same load, and the most clients that can
     // wait at once, so that Redis' reusable structures (replication backlog,
@@ -659,7 +693,7 @@ fn soak_loses_nothing_and_grants_nothing_extra() {
     let _ = load(&m, 3, 1);
     same_data(&mut mc, &mut rc);
     block_burst(&m, MAX_BLOCKED);
-    let (base_m, base_r, base_info) = settle(&m, &r);
+    let (base_m, base_r, base_info, base_still) = settle(&m, &r);
 
     let round = load(&m, secs, 2);
 
@@ -680,7 +714,7 @@ fn soak_loses_nothing_and_grants_nothing_extra() {
         round.saves,
         round.rewrites
     );
-    let (final_m, final_r, final_info) = settle(&m, &r);
+    let (final_m, final_r, final_info, final_still) = settle(&m, &r);
     assert_eq!(
         info_field(&mut mc, "persistence", "rdb_last_bgsave_status"),
         "ok"
@@ -714,7 +748,8 @@ fn soak_loses_nothing_and_grants_nothing_extra() {
          audited requests, {} grants ({granted} tokens) within the exact bound over {windows} \
          windows, {} clients vanished mid-BLOCK, {} BGSAVE, {} BGREWRITEAOF; digests equal over \
          {keys_at_end} keys; memory {base_m} -> peak {} -> {final_m} bytes (replica {base_r} -> \
-         {final_r}) after {created} buckets",
+         {final_r}) after {created} buckets, memory still after {base_still:.1?} \
+         and {final_still:.1?} of waiting",
         server_version(),
         started.elapsed().as_secs(),
         round.bulk_keys,
