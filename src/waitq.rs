@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::time::Duration;
 
 use crate::fair::{self, FairQueue, FlowStat};
 
@@ -174,6 +175,26 @@ pub fn same_request(a: &[&[u8]], b: &[&[u8]]) -> bool {
         })
 }
 
+/// The wait before a timer that tries a waiting call again at `due_us`,
+/// set at `now_us` (µs of the server's clock, read to the microsecond):
+/// to the microsecond, so the timer runs at `due_us` and not after. A wait
+/// rounded up to whole milliseconds from a millisecond reading (Redis 7.0)
+/// ran up to 1 ms late, and each late grant made the next timer later still;
+/// once a timer ran in the millisecond after `due_us`, the key of a bucket
+/// full by then had expired and the call was granted as of then, losing
+/// the refill in between (a bucket of capacity 1 lost about 1% of its rate).
+pub fn ready_in(due_us: i64, now_us: i64) -> Duration {
+    Duration::from_micros(due_us.saturating_sub(now_us).max(0) as u64)
+}
+
+/// When a call denied at `at_us` with `retry_after_ms` (-1: no refill or
+/// lease expiry will make it fit) may fit: counted from the instant the
+/// denial was decided at, not from a later reading of the clock (on Redis
+/// 7.0, whose clock moves within a command, that was up to 1 ms later).
+pub fn due_at(at_us: i64, retry_after_ms: i64) -> Option<i64> {
+    (retry_after_ms >= 0).then(|| at_us.saturating_add(retry_after_ms.max(1).saturating_mul(1000)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,5 +343,38 @@ mod tests {
             10,
             "{grants:?}"
         );
+    }
+
+    /// A virtual clock as on Redis 7.0: the server's clock reads whole
+    /// milliseconds of a real time kept in microseconds, and each timer
+    /// runs `LATE` µs after it is due (the event loop). Calls always wait
+    /// on a bucket of 100/s, capacity 1: after each grant, made as of its
+    /// due instant, the next call is denied (its token is due 10 ms after
+    /// the grant) and a timer set for then. Every timer must run within
+    /// `LATE` of its due instant: a wait rounded up to whole milliseconds
+    /// from the millisecond reading ran late by the part of a millisecond
+    /// the reading dropped, and each grant's timer later than the last.
+    #[test]
+    fn ready_timers_on_a_millisecond_clock_run_on_time() {
+        const LATE: i64 = 150;
+        const WORK: i64 = 40; // µs from a grant to the next call's denial
+        let reading = |real: i64| real / 1000 * 1000;
+        for start in (0..1000).step_by(7) {
+            let mut real = 1_700_000_000_000_000 + start;
+            let mut granted_at = reading(real);
+            for i in 1..1000 {
+                real += WORK;
+                let denied_at = reading(real);
+                let wait = crate::bucket::ceil_ms((granted_at + 10_000 - denied_at) as u64);
+                let due = due_at(denied_at, wait).unwrap();
+                real += i64::try_from(ready_in(due, real).as_micros()).unwrap() + LATE;
+                assert!(
+                    (due..=due + LATE).contains(&real),
+                    "grant {i} from {start} µs into a millisecond: timer {} µs after its instant",
+                    real - due
+                );
+                granted_at = due;
+            }
+        }
     }
 }

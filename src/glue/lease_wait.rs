@@ -230,12 +230,15 @@ pub fn wait(
     let mut retry = None;
     let mut on = waited.unwrap_or(0);
     if waited.is_none() || !room {
-        let t = now(ctx)?;
+        // One instant for the decision and the wait counted from it (the
+        // clock of Redis 7.0 moves within a command).
+        let at = clock::server_now_us();
+        let t = clock::as_of(at, || now(ctx))?;
         if t.granted || t.never || !room {
             ctx.reply().ints(&t.reply);
             return Ok(());
         }
-        retry = Some(t.retry_after_ms);
+        retry = Some(waitq::due_at(at, t.retry_after_ms));
         on = t.blocking;
     }
     let flow = asks.flow.unwrap_or(DEFAULT_FLOW);
@@ -249,7 +252,7 @@ pub fn wait(
     match block(ctx, args, wait_ms, queued, event, attempt) {
         Some(id) => match retry {
             // Alone in its queue: tried again when it may fit.
-            Some(ms) => schedule_ready(id, due_in(ms)),
+            Some(due) => schedule_ready(id, due),
             // Behind others, unless its flow puts it first in line: then it
             // is tried at once (from a timer, where writing is ordinary).
             None => {
@@ -457,14 +460,16 @@ fn hand_back(bc: Handle, reply: Option<Reply>) {
 /// of that instant ([`clock::as_of`]) if every one of its buckets has its
 /// key, else as of now (a missing key is a full bucket as of now only: as
 /// of an earlier instant it would be read as full then, and a bucket that
-/// filled up since would hand out its tokens again). Returns the outcome
-/// and whether it was tried as of `as_of`.
+/// filled up since would hand out its tokens again). Returns the outcome,
+/// the instant it was tried as of (one reading of the clock, so that a
+/// denial's wait counts from the instant it was decided at), and whether
+/// that is `as_of`.
 fn try_waiter(
     ctx: NonNull<raw::RedisModuleCtx>,
     id: WaiterId,
     dry: bool,
     as_of: Option<i64>,
-) -> Option<(Result<Try, CmdError>, bool)> {
+) -> Option<(Result<Try, CmdError>, i64, bool)> {
     let (db, argv, event, attempt, key_args) = STATE.with(|s| {
         let s = s.borrow();
         let w = s.waiters.get(&id)?;
@@ -489,10 +494,12 @@ fn try_waiter(
                 .map_or(true, |k| k.stored().is_some())
         })
     });
-    Some(match as_of {
-        Some(t) => (clock::as_of(t, || attempt(&c, &a, dry)), true),
-        None => (attempt(&c, &a, dry), false),
-    })
+    let at = as_of.unwrap_or_else(clock::server_now_us);
+    Some((
+        clock::as_of(at, || attempt(&c, &a, dry)),
+        at,
+        as_of.is_some(),
+    ))
 }
 
 /// Tries the first in line of `key`'s queue, granting while they fit. A
@@ -513,18 +520,18 @@ fn serve(ctx: *mut raw::RedisModuleCtx, key: QKey, as_of: Option<i64>) {
             if denied.contains(&id) {
                 break;
             }
+            let mut from = 0;
             let outcome = match try_waiter(ctx, id, false, at) {
-                Some((outcome, backdated)) => {
+                Some((outcome, tried_at, backdated)) => {
                     at = at.filter(|_| backdated);
+                    from = tried_at;
                     Some(outcome)
                 }
                 None => None,
             };
             match outcome {
                 Some(Ok(t)) if !t.granted => {
-                    let from = at.unwrap_or_else(clock::server_now_us);
-                    let due =
-                        (t.retry_after_ms >= 0).then(|| from + t.retry_after_ms.max(1) * 1000);
+                    let due = waitq::due_at(from, t.retry_after_ms);
                     let to = STATE.with(|s| {
                         let s = s.borrow();
                         let w = s.waiters.get(&id)?;
@@ -587,8 +594,6 @@ fn schedule_ready(id: WaiterId, due: Option<i64>) {
         waker::stop(timer);
     }
     if let Some(due) = due {
-        let ms = (due - clock::server_now_us()).max(0) as u64;
-        let ms = ms.div_ceil(1000).max(1);
         let ticket = STATE.with(|s| {
             let s = &mut *s.borrow_mut();
             s.next_ticket += 1;
@@ -596,7 +601,7 @@ fn schedule_ready(id: WaiterId, due: Option<i64>) {
             s.next_ticket
         });
         let timer = waker::create(
-            Duration::from_millis(ms),
+            waitq::ready_in(due, clock::fine_now_us()),
             ready_due,
             ticket as usize as *mut c_void,
         );
@@ -606,12 +611,6 @@ fn schedule_ready(id: WaiterId, due: Option<i64>) {
             }
         });
     }
-}
-
-/// When a denial that waits `retry_after_ms` (-1: no refill or expiry will
-/// do) may fit, on the server's clock.
-fn due_in(retry_after_ms: i64) -> Option<i64> {
-    (retry_after_ms >= 0).then(|| clock::server_now_us() + retry_after_ms.max(1) * 1000)
 }
 
 /// The time a first in line waited for came (on the main thread, with no
@@ -691,7 +690,7 @@ extern "C" fn timed_out(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
         let Some(nn) = NonNull::new(ctx) else { return };
         if let Some(Some(outcome)) = STATE
             .with(|s| s.borrow().waiters.contains_key(&id))
-            .then(|| try_waiter(nn, id, true, None).map(|(o, _)| o))
+            .then(|| try_waiter(nn, id, true, None).map(|(o, _, _)| o))
         {
             if let Some((w, key, handed)) = take(id, true, false) {
                 let reply = match outcome {
@@ -755,7 +754,7 @@ extern "C" fn unblocked_early(
         match id {
             Some(id) => {
                 let first = STATE.with(|s| s.borrow().queue.is_first(id));
-                let outcome = try_waiter(nn, id, true, None).map(|(o, _)| o);
+                let outcome = try_waiter(nn, id, true, None).map(|(o, _, _)| o);
                 if let Some((w, key, handed)) = take(id, true, false) {
                     send(
                         r,
