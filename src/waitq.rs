@@ -175,6 +175,27 @@ pub fn same_request(a: &[&[u8]], b: &[&[u8]]) -> bool {
         })
 }
 
+/// How long past its expiry (the instant its bucket fills up, or its last
+/// lease ends) the key of a bucket written by a grant of the queue is kept.
+/// The next call in line is due when the bucket can serve it, which for a
+/// call asking the whole capacity is the instant it fills: a timer that
+/// runs late (a busy main thread, a loaded machine) then still finds the
+/// key, and the call is granted as of that instant. Without the key it is
+/// granted as of the late reading (a missing key is a full bucket as of
+/// now only), and the refill in between is lost. A full bucket reads the
+/// same with its key as without.
+pub const KEEP_KEY_MS: i64 = 100;
+
+/// The absolute expiry (ms; 0: none) stored with a key written by a grant
+/// of the queue, for a key that would expire at `at_ms`.
+pub fn kept_expiry_ms(at_ms: i64) -> i64 {
+    if at_ms > 0 {
+        at_ms.saturating_add(KEEP_KEY_MS)
+    } else {
+        at_ms
+    }
+}
+
 /// The wait before a timer that tries a waiting call again at `due_us`,
 /// set at `now_us` (µs of the server's clock, read to the microsecond):
 /// to the microsecond, so the timer runs at `due_us` and not after. A wait
@@ -376,5 +397,30 @@ mod tests {
                 granted_at = due;
             }
         }
+    }
+
+    /// A virtual clock as on Redis 7.0 (whole milliseconds), calls always
+    /// waiting on a bucket of 100/s, capacity 1, and timers late by up to
+    /// 90 ms (a loaded machine). Each grant leaves the bucket empty, full
+    /// again (its key expiring) at the instant the next call is due; a
+    /// timer that runs while the key is there grants as of that instant, a
+    /// later one as of its own reading (the refill in between is lost).
+    /// With the key kept [`KEEP_KEY_MS`] past that instant, 1,000 grants
+    /// take exactly 999 refill intervals whatever the timers' delays.
+    #[test]
+    fn late_timers_lose_no_refill_while_the_queue_keeps_the_key() {
+        let mut late = 0x2545_f491_4f6c_dd1d_u64; // xorshift: each timer's delay
+        let first = 1_700_000_000_000_000;
+        let mut granted_at = first;
+        for _ in 1..1000 {
+            let due = granted_at + 10_000;
+            late ^= late << 13;
+            late ^= late >> 7;
+            late ^= late << 17;
+            let now = (due + (late % 90_000) as i64) / 1000 * 1000;
+            let expiry_ms = kept_expiry_ms(due / 1000);
+            granted_at = if now / 1000 <= expiry_ms { due } else { now };
+        }
+        assert_eq!(granted_at - first, 999 * 10_000);
     }
 }

@@ -40,7 +40,7 @@ use redis_module::raw;
 
 use super::entry::{guard, Args, CmdError, CmdResult, Ctx};
 use super::reply::Replier;
-use super::{blocking, clock, stats, waker};
+use super::{blocking, clock, stats, store, waker};
 use crate::errors;
 use crate::parse::Flow;
 use crate::waitq::{self, WaitQueue, WaiterId};
@@ -496,7 +496,7 @@ fn try_waiter(
     });
     let at = as_of.unwrap_or_else(clock::server_now_us);
     Some((
-        clock::as_of(at, || attempt(&c, &a, dry)),
+        clock::as_of(at, || store::for_queue(|| attempt(&c, &a, dry))),
         at,
         as_of.is_some(),
     ))
