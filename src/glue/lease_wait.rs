@@ -520,18 +520,13 @@ fn serve(ctx: *mut raw::RedisModuleCtx, key: QKey, as_of: Option<i64>) {
             if denied.contains(&id) {
                 break;
             }
-            let mut from = 0;
-            let outcome = match try_waiter(ctx, id, false, at) {
-                Some((outcome, tried_at, backdated)) => {
-                    at = at.filter(|_| backdated);
-                    from = tried_at;
-                    Some(outcome)
-                }
-                None => None,
+            let Some((outcome, tried_at, backdated)) = try_waiter(ctx, id, false, at) else {
+                break;
             };
+            at = at.filter(|_| backdated);
             match outcome {
-                Some(Ok(t)) if !t.granted => {
-                    let due = waitq::due_at(from, t.retry_after_ms);
+                Ok(t) if !t.granted => {
+                    let due = waitq::due_at(tried_at, t.retry_after_ms);
                     let to = STATE.with(|s| {
                         let s = s.borrow();
                         let w = s.waiters.get(&id)?;
@@ -560,7 +555,7 @@ fn serve(ctx: *mut raw::RedisModuleCtx, key: QKey, as_of: Option<i64>) {
                         break;
                     }
                 }
-                Some(outcome) => {
+                outcome => {
                     if let Some((w, _, _)) = take(id, false, true) {
                         let reply = match outcome {
                             Ok(t) => Reply::Ints(t.reply),
@@ -569,7 +564,6 @@ fn serve(ctx: *mut raw::RedisModuleCtx, key: QKey, as_of: Option<i64>) {
                         hand_back(w.bc, Some(reply));
                     }
                 }
-                None => break,
             }
         }
     }
