@@ -197,23 +197,30 @@ pub fn kept_expiry_ms(at_ms: i64) -> i64 {
 }
 
 /// The wait before a timer that tries a waiting call again at `due_us`,
-/// set at `now_us` (µs of the server's clock, read to the microsecond):
-/// to the microsecond, so the timer runs at `due_us` and not after. A wait
-/// rounded up to whole milliseconds from a millisecond reading (Redis 7.0)
-/// ran up to 1 ms late, and each late grant made the next timer later still;
-/// once a timer ran in the millisecond after `due_us`, the key of a bucket
-/// full by then had expired and the call was granted as of then, losing
-/// the refill in between (a bucket of capacity 1 lost about 1% of its rate).
-pub fn ready_in(due_us: i64, now_us: i64) -> Duration {
-    Duration::from_micros(due_us.saturating_sub(now_us).max(0) as u64)
+/// set at `now_us` (µs of the server's clock, read to the microsecond, whose
+/// readings step by `tick_us`): until the first step at or after `due_us`,
+/// to the microsecond, when the server's clock first reads `due_us` or
+/// later (the call is then tried as of `due_us`). A wait rounded up to
+/// whole milliseconds from a millisecond reading (Redis 7.0) ran up to
+/// 1 ms late, each grant's timer later than the last.
+pub fn ready_in(due_us: i64, now_us: i64, tick_us: i64) -> Duration {
+    let tick = tick_us.max(1);
+    let at = due_us
+        .div_euclid(tick)
+        .saturating_add(i64::from(due_us.rem_euclid(tick) > 0))
+        * tick;
+    Duration::from_micros(at.saturating_sub(now_us).max(0) as u64)
 }
 
-/// When a call denied at `at_us` with `retry_after_ms` (-1: no refill or
-/// lease expiry will make it fit) may fit: counted from the instant the
-/// denial was decided at, not from a later reading of the clock (on Redis
-/// 7.0, whose clock moves within a command, that was up to 1 ms later).
-pub fn due_at(at_us: i64, retry_after_ms: i64) -> Option<i64> {
-    (retry_after_ms >= 0).then(|| at_us.saturating_add(retry_after_ms.max(1).saturating_mul(1000)))
+/// When a call denied at `at_us` with a wait of `wait_us` (exact; -1: no
+/// refill or lease expiry will make it fit) may fit: counted from the
+/// instant the denial was decided at, not from a later reading of the
+/// clock (on Redis 7.0, whose clock moves within a command, that was up to
+/// 1 ms later), and to the microsecond (a wait rounded up to a millisecond
+/// granted a call asking a bucket's whole capacity after the bucket had
+/// filled, losing the refill in between: 2% of a rate of 30/s).
+pub fn due_at(at_us: i64, wait_us: i64) -> Option<i64> {
+    (wait_us >= 0).then(|| at_us.saturating_add(wait_us.max(1)))
 }
 
 #[cfg(test)]
@@ -369,32 +376,42 @@ mod tests {
     /// A virtual clock as on Redis 7.0: the server's clock reads whole
     /// milliseconds of a real time kept in microseconds, and each timer
     /// runs `LATE` µs after it is due (the event loop). Calls always wait
-    /// on a bucket of 100/s, capacity 1: after each grant, made as of its
-    /// due instant, the next call is denied (its token is due 10 ms after
-    /// the grant) and a timer set for then. Every timer must run within
-    /// `LATE` of its due instant: a wait rounded up to whole milliseconds
-    /// from the millisecond reading ran late by the part of a millisecond
-    /// the reading dropped, and each grant's timer later than the last.
+    /// on a bucket of capacity 1 (100/s, a token every 10 ms, and 30/s,
+    /// every 33,334 µs rounded up): after each grant, made as of its due
+    /// instant, the next call is denied (its token is due a refill interval
+    /// after the grant) and a timer set for then. Every timer must run
+    /// within `LATE` of the first millisecond at or after its due instant
+    /// (when the server's clock reads it), and 1,000 grants take exactly
+    /// 999 refill intervals of bucket time. Before: the wait was rounded up
+    /// to whole milliseconds from the millisecond reading, so the timer ran
+    /// late by the part of a millisecond the reading dropped (each grant's
+    /// later than the last), and at 30/s each grant came 34 ms after the
+    /// one before instead of 33.334.
     #[test]
-    fn ready_timers_on_a_millisecond_clock_run_on_time() {
+    fn ready_timers_on_a_millisecond_clock_run_when_the_token_comes() {
         const LATE: i64 = 150;
         const WORK: i64 = 40; // µs from a grant to the next call's denial
         let reading = |real: i64| real / 1000 * 1000;
-        for start in (0..1000).step_by(7) {
-            let mut real = 1_700_000_000_000_000 + start;
-            let mut granted_at = reading(real);
-            for i in 1..1000 {
-                real += WORK;
-                let denied_at = reading(real);
-                let wait = crate::bucket::ceil_ms((granted_at + 10_000 - denied_at) as u64);
-                let due = due_at(denied_at, wait).unwrap();
-                real += i64::try_from(ready_in(due, real).as_micros()).unwrap() + LATE;
-                assert!(
-                    (due..=due + LATE).contains(&real),
-                    "grant {i} from {start} µs into a millisecond: timer {} µs after its instant",
-                    real - due
-                );
-                granted_at = due;
+        for interval in [10_000, 33_334] {
+            for start in (0..1000).step_by(7) {
+                let mut real = 1_700_000_000_000_000 + start;
+                let first = reading(real);
+                let mut granted_at = first;
+                for i in 1..1000 {
+                    real += WORK;
+                    let denied_at = reading(real);
+                    let due = due_at(denied_at, granted_at + interval - denied_at).unwrap();
+                    real += i64::try_from(ready_in(due, real, 1000).as_micros()).unwrap() + LATE;
+                    let tick = (due + 999) / 1000 * 1000;
+                    assert!(
+                        (tick..=tick + LATE).contains(&real),
+                        "grant {i} at {interval} µs from {start} µs into a millisecond: \
+                         timer {} µs after its tick",
+                        real - tick
+                    );
+                    granted_at = due;
+                }
+                assert_eq!(granted_at - first, 999 * interval, "from {start} µs");
             }
         }
     }

@@ -453,77 +453,94 @@ fn a_late_timer_never_grants_past_the_admission_bound() {
 }
 
 /// A queue that never runs dry takes every refill of a bucket that fills
-/// up between grants (100/s, capacity 1: full, and its key due to expire,
-/// at the very instant the next call is due): each grant is written as of
-/// the instant its token came, so the bucket's stored times are whole
-/// refill intervals (10 ms) apart. Each waiting call reads the stored time
-/// right after its grant (the next grant's, 10 ms on, if it is slow: on
-/// the same lattice). The queue keeps a key its grant wrote a while past
-/// that instant, so a timer that runs late on a loaded machine still finds
-/// the bucket; before, its key was gone a millisecond later and the call
-/// was granted as of the late timer, losing the refill in between (on
-/// Redis 7.0 every few grants: a timer set from a millisecond reading ran
-/// up to 1 ms late, each grant's later than the last; 13 to 15 grants in
-/// 100 came 11 ms after the one before, 1% of the rate). Also the
-/// admission bound, measured: the grants after draining the bucket take at
-/// least a refill each.
+/// up between grants (capacity 1: full, and its key due to expire, at the
+/// very instant the next call is due): each grant is written as of the
+/// instant its token came, so the bucket's stored times are whole refill
+/// intervals apart: 10 ms at 100/s, 33.334 ms at 30/s (a token every
+/// 33,333.3 µs, the wait rounded up to a µs). Each waiting call reads the
+/// stored time right after its grant (the next grant's, an interval on, if
+/// it is slow: on the same lattice). Before, the refill between the
+/// instant a token came and the grant was lost: the queue counted its
+/// waits in whole milliseconds (at 30/s every grant came 34 ms after the
+/// one before, 2% of the rate); a key its grant wrote expired at that
+/// instant, so a timer that ran late found no key and granted as of
+/// itself (under load, on every server); and on Redis 7.0 a timer set from
+/// a millisecond reading ran up to 1 ms late, each grant's later than the
+/// last (13 to 15 grants in 100 at 100/s came 11 ms after the one before,
+/// 1% of the rate). Also the admission bound, measured: the grants after
+/// draining the bucket take at least a refill each.
 #[test]
 fn a_steady_queue_takes_every_refill_of_a_bucket_that_fills_between_grants() {
-    const N: usize = 50;
     let s = Server::start();
-    let mut c = s.conn();
-    let call = [
-        "TB.CONSUME",
-        "q",
-        "100",
-        "1",
-        "1",
-        "BLOCK",
-        "60000",
-        "FLOW",
-        "a",
-    ];
-    let mut conns: Vec<_> = (0..N).map(|_| s.conn()).collect();
-    let t0 = Instant::now();
-    assert_eq!(ints(&mut c, &call[..5])[0], 1, "the one token there");
-    let packed = common::cmd(&call).get_packed_command();
-    for w in &mut conns {
-        // All queued within a few ms (before the first token is due), so
-        // the queue never runs dry.
-        w.send_packed_command(&packed).unwrap();
-    }
-    let threads: Vec<_> = conns
-        .into_iter()
-        .map(|mut w| {
-            thread::spawn(move || {
-                let r = answer(&mut w).unwrap();
-                (r, stored_at_ms(&mut w, "q"))
+    for (rate, n, interval_us) in [("100", 50, 10_000), ("30", 30, 33_334)] {
+        let key = format!("q{rate}");
+        let mut c = s.conn();
+        let call = [
+            "TB.CONSUME",
+            &key,
+            rate,
+            "1",
+            "1",
+            "BLOCK",
+            "60000",
+            "FLOW",
+            "a",
+        ];
+        let mut conns: Vec<_> = (0..n).map(|_| s.conn()).collect();
+        let t0 = Instant::now();
+        assert_eq!(ints(&mut c, &call[..5])[0], 1, "the one token there");
+        let packed = common::cmd(&call).get_packed_command();
+        for w in &mut conns {
+            // All queued within a few ms (before the first token is due),
+            // so the queue never runs dry.
+            w.send_packed_command(&packed).unwrap();
+        }
+        let threads: Vec<_> = conns
+            .into_iter()
+            .map(|mut w| {
+                let key = key.clone();
+                thread::spawn(move || {
+                    let r = answer(&mut w).unwrap();
+                    (r, stored_at_ms(&mut w, &key))
+                })
             })
-        })
-        .collect();
-    let seen: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-    let elapsed = t0.elapsed();
-    assert!(seen.iter().all(|(r, _)| r[0] == 1), "{seen:?}");
-    let mut at: Vec<i64> = seen.iter().filter_map(|(_, at)| *at).collect();
-    at.sort_unstable();
-    at.dedup();
-    assert!(at.len() >= N / 2, "too few stored times read: {at:?}");
-    let steps: Vec<i64> = at.windows(2).map(|w| w[1] - w[0]).collect();
-    assert!(
-        steps.iter().all(|d| d % 10 == 0),
-        "refill lost between grants (ms between stored times): {steps:?}"
-    );
-    assert!(
-        at[at.len() - 1] - at[0] <= (N as i64 - 1) * 10,
-        "{N} grants over {} ms of bucket time",
-        at[at.len() - 1] - at[0]
-    );
-    // N grants from an empty bucket at 100/s need N refills of 10 ms (less
-    // 1 ms for the server's ms clock against ours).
-    assert!(
-        elapsed >= Duration::from_millis(N as u64 * 10 - 1),
-        "{N} grants from an empty bucket in {elapsed:?}"
-    );
+            .collect();
+        let seen: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let elapsed = t0.elapsed();
+        assert!(seen.iter().all(|(r, _)| r[0] == 1), "{rate}/s: {seen:?}");
+        let mut at: Vec<i64> = seen.iter().filter_map(|(_, at)| *at).collect();
+        at.sort_unstable();
+        at.dedup();
+        assert!(
+            at.len() >= n / 2,
+            "{rate}/s: too few stored times read: {at:?}"
+        );
+        // Stored times are read in whole ms (rounded down): each is within
+        // 1 ms of a whole number of intervals after the first.
+        let off: Vec<i64> = at
+            .iter()
+            .map(|u| {
+                let us = (u - at[0]) * 1000;
+                us - (us + interval_us / 2) / interval_us * interval_us
+            })
+            .collect();
+        assert!(
+            off.iter().all(|o| o.abs() < 1000),
+            "{rate}/s: refill lost between grants: stored times {at:?}, µs off the lattice {off:?}"
+        );
+        let span_us = (at[at.len() - 1] - at[0]) * 1000;
+        assert!(
+            span_us < (n as i64 - 1) * interval_us + 1000,
+            "{rate}/s: {n} grants over {span_us} µs of bucket time"
+        );
+        // n grants from an empty bucket need n refill intervals (less 1 ms
+        // for the server's ms clock against ours).
+        let least = Duration::from_micros(n as u64 * (interval_us as u64 - 1) - 1000);
+        assert!(
+            elapsed >= least,
+            "{rate}/s: {n} grants from an empty bucket in {elapsed:?}"
+        );
+    }
 }
 
 /// The bucket's stored time (`TB.INFO`'s `updated_at_ms`), `None` when

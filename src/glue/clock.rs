@@ -50,6 +50,18 @@ pub fn fine_now_us() -> i64 {
         .unwrap_or_else(server_now_us)
 }
 
+/// The step of the server's clock in µs: 1,000 on Redis 7.0 (whole
+/// milliseconds), else 1. A timer for an instant runs at the first step at
+/// or after it, when the server's clock reads it.
+pub fn tick_us() -> i64 {
+    // SAFETY: as in `server_now_us`.
+    if unsafe { raw::RedisModule_CachedMicroseconds }.is_some() {
+        1
+    } else {
+        1000
+    }
+}
+
 thread_local! {
     /// The instant [`as_of`] reads the clock at, while it runs. Main thread.
     static AS_OF: Cell<Option<i64>> = const { Cell::new(None) };

@@ -49,9 +49,9 @@ use crate::waitq::{self, WaitQueue, WaiterId};
 pub struct Try {
     /// The leases were granted (and written).
     pub granted: bool,
-    /// The denial's `retry_after_ms` (-1: no refill or lease expiry will
-    /// make it fit; only a give-back can).
-    pub retry_after_ms: i64,
+    /// The denial's wait in µs, exact (what its `retry_after_ms` rounds up;
+    /// -1: no refill or lease expiry will make it fit, only a give-back can).
+    pub wait_us: i64,
     /// The call asks more of a bucket than its capacity: it can never fit.
     pub never: bool,
     /// Which of the call's buckets makes a denial wait (an index into its
@@ -238,7 +238,7 @@ pub fn wait(
             ctx.reply().ints(&t.reply);
             return Ok(());
         }
-        retry = Some(waitq::due_at(at, t.retry_after_ms));
+        retry = Some(waitq::due_at(at, t.wait_us));
         on = t.blocking;
     }
     let flow = asks.flow.unwrap_or(DEFAULT_FLOW);
@@ -526,7 +526,7 @@ fn serve(ctx: *mut raw::RedisModuleCtx, key: QKey, as_of: Option<i64>) {
             at = at.filter(|_| backdated);
             match outcome {
                 Ok(t) if !t.granted => {
-                    let due = waitq::due_at(tried_at, t.retry_after_ms);
+                    let due = waitq::due_at(tried_at, t.wait_us);
                     let to = STATE.with(|s| {
                         let s = s.borrow();
                         let w = s.waiters.get(&id)?;
@@ -595,7 +595,7 @@ fn schedule_ready(id: WaiterId, due: Option<i64>) {
             s.next_ticket
         });
         let timer = waker::create(
-            waitq::ready_in(due, clock::fine_now_us()),
+            waitq::ready_in(due, clock::fine_now_us(), clock::tick_us()),
             ready_due,
             ticket as usize as *mut c_void,
         );
