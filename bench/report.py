@@ -630,19 +630,19 @@ def fair_section(x):
                    100 * x["no_flow"]["both_wait"]["b_share"],
                    x["no_flow"]["b_waits"]["p99_ms"]))
     eq = x["equal"]
-    lost = -eq["admission"]["excess"]
-    out.append("**Grants against the bound.** No run with `FLOW` granted more than "
-               "`capacity + rate * T`; the runs with `FLOW` granted fewer: %.1f tokens fewer "
-               "over %.1f s with equal weights, the median interval between grants being "
-               "%.2f ms for a refill interval of %.0f ms (capacity %d: a bucket that cannot "
-               "bank a late grant's refill). A queued call whose timer runs late is granted as "
-               "of the instant it could first fit, so a stalled server loses nothing "
-               "(`tests/fair.rs`); what remains here, on Redis 7.0's millisecond clock, is "
-               "about 1%% of the rate, not yet explained. Without `FLOW`, `BLOCK` reserves at "
-               "once and the reservations follow the refill exactly: %+.1f tokens there (its "
-               "server count, %d, includes the reservations still waiting at the end).\n" % (
-                   lost, eq["admission"]["seconds"], eq["median_interval_ms"], interval,
-                   p["capacity"], x["no_flow"]["admission"]["excess"],
+    out.append("**Grants against the bound.** Grants less `capacity + rate * T` with equal "
+               "weights: %+.1f tokens over %.1f s, the median interval between grants being "
+               "%.2f ms for a refill interval of %.0f ms. With capacity %d each call is due at "
+               "the very instant the bucket fills up, when its key would expire: a queued call "
+               "is granted as of the instant it could first fit however late its timer runs, "
+               "the queue keeping a key its grant wrote 100 ms longer and setting its timers "
+               "to the microsecond, also on Redis 7.0's millisecond clock (`tests/fair.rs`). "
+               "Without `FLOW`, `BLOCK` reserves at once and the reservations follow the "
+               "refill exactly: %+.1f tokens there (its server count, %d, includes the "
+               "reservations still waiting at the end).\n" % (
+                   eq["admission"]["excess"], eq["admission"]["seconds"],
+                   eq["median_interval_ms"], interval, p["capacity"],
+                   x["no_flow"]["admission"]["excess"],
                    x["no_flow"]["server_tokens_granted"]))
     out.append("The server's own count of tokens granted (`INFO tb`) agrees with the clients': "
                "%s. The run without `FLOW` stalled too (%d gaps of more than two refill "

@@ -487,6 +487,9 @@ pub struct Outcome {
     /// reserved; -1 when the request can never succeed. For a peek, the
     /// wait for one token.
     pub retry_after_ms: i64,
+    /// The same wait in microseconds, exact (rounded up to a microsecond):
+    /// when the wait queue tries a denied call again.
+    pub wait_us: i64,
     /// Milliseconds until the bucket is full again, rounded up; -1 for never.
     pub reset_after_ms: i64,
     /// The bucket after the call, settled up to now (see [`Bucket::settle`]).
@@ -543,11 +546,10 @@ pub fn consume(
     let (mut b, mut dirty) = current(stored, limits, now_us);
     let have = b.nanos_at(now_us);
     let want = n as i128 * NANOS;
-    let (kind, granted, retry_after_ms) = if n == 0 {
+    let (kind, granted, wait_us) = if n == 0 {
         dirty = false;
         match b.micros_until(NANOS, now_us) {
-            Some(0) => (Kind::Peek, 0, 0),
-            Some(us) => (Kind::Peek, 0, ceil_ms(us)),
+            Some(us) => (Kind::Peek, 0, wait_of(us)),
             None => (Kind::Peek, 0, -1),
         }
     } else if n > b.capacity && !matches!(mode, Mode::AtMost { .. }) {
@@ -571,19 +573,34 @@ pub fn consume(
             (Mode::Reserve { max_wait_us }, Some(us)) if us <= max_wait_us => {
                 b.take(want);
                 dirty = true;
-                (Kind::Reserved, n, ceil_ms(us))
+                (Kind::Reserved, n, wait_of(us))
             }
-            (_, Some(us)) => (Kind::Denied, 0, ceil_ms(us)),
+            (_, Some(us)) => (Kind::Denied, 0, wait_of(us)),
         }
     };
     Outcome {
         kind,
         granted,
         remaining: b.whole_tokens(now_us),
-        retry_after_ms,
+        retry_after_ms: retry_ms(wait_us),
+        wait_us,
         reset_after_ms: b.reset_after_ms(now_us),
         bucket: b,
         dirty,
+    }
+}
+
+/// A wait in µs as an `i64` (saturating): -1 is kept for never.
+pub fn wait_of(us: u64) -> i64 {
+    us.min(i64::MAX as u64) as i64
+}
+
+/// The wait in whole ms, rounded up, of a wait in µs (-1: never).
+pub fn retry_ms(wait_us: i64) -> i64 {
+    if wait_us < 0 {
+        -1
+    } else {
+        ceil_ms(wait_us as u64)
     }
 }
 
@@ -622,6 +639,8 @@ pub struct MultiOutcome {
     /// 0 when allowed now; otherwise the wait in ms until all would succeed
     /// (rounded up); -1 when any part can never succeed.
     pub retry_after_ms: i64,
+    /// The same wait in microseconds, exact (rounded up to a microsecond).
+    pub wait_us: i64,
     /// With [`Mode::AtMost`]: the grant `g` each quantity part gave (0 when
     /// denied). Otherwise the largest `n` when allowed, else 0.
     pub granted: u64,
@@ -684,13 +703,13 @@ pub fn consume_all(parts: &[Part], mode: Mode, now_us: i64) -> MultiOutcome {
         buckets.push(b);
         dirty.push(changed);
     }
-    let (kind, retry_after_ms) = match (wait, mode) {
+    let (kind, wait_us) = match (wait, mode) {
         (None, _) => (Kind::Never, -1),
         (Some(0), _) => (Kind::Allowed, 0),
         (Some(w), Mode::Reserve { max_wait_us }) if w <= max_wait_us => {
-            (Kind::Reserved, ceil_ms(w))
+            (Kind::Reserved, wait_of(w))
         }
-        (Some(w), _) => (Kind::Denied, ceil_ms(w)),
+        (Some(w), _) => (Kind::Denied, wait_of(w)),
     };
     let allowed = matches!(kind, Kind::Allowed | Kind::Reserved);
     let granted = match (allowed, mode) {
@@ -716,7 +735,8 @@ pub fn consume_all(parts: &[Part], mode: Mode, now_us: i64) -> MultiOutcome {
     MultiOutcome {
         kind,
         allowed,
-        retry_after_ms,
+        retry_after_ms: retry_ms(wait_us),
+        wait_us,
         granted,
         taken,
         need,
@@ -1337,6 +1357,9 @@ mod tests {
                 let o = consume(stored.as_ref(), l, n, mode, now);
                 prop_assert!(o.bucket.tokens <= o.bucket.cap_nanos());
                 prop_assert!(o.bucket.updated_us <= now && now - o.bucket.updated_us < period);
+                // The exact wait is what the reply's wait rounds up.
+                prop_assert_eq!(o.retry_after_ms, retry_ms(o.wait_us));
+                prop_assert!(o.wait_us >= -1);
                 if o.allowed() && o.kind != Kind::Peek {
                     admitted += o.granted as u128;
                     latest_proceed = latest_proceed.max(now + o.retry_after_ms * 1000);

@@ -133,6 +133,10 @@ pub struct Answer {
     pub granted: bool,
     /// The denial's wait in ms (-1: no refill or lease expiry makes it fit).
     pub retry_after_ms: i64,
+    /// The same wait in µs, exact: when the wait queue tries it again (a
+    /// wait rounded up to a millisecond would grant it late, and a bucket
+    /// full by then would lose the refill in between).
+    pub wait_us: i64,
     /// It asks more of a bucket than its capacity.
     pub never: bool,
     /// The part (index into the call's keys) that makes a denial wait.
@@ -191,6 +195,7 @@ impl Decision {
         Answer {
             granted: self.outcome.allowed(),
             retry_after_ms: self.outcome.retry_after_ms,
+            wait_us: self.outcome.wait_us,
             never: self.never,
             blocking: 0,
             reply: self.reply().to_vec(),
@@ -257,10 +262,10 @@ pub fn consume_dry(
     let left = stored.map_or(req.limits.capacity, |b| b.whole_tokens(now_us));
     let mut o = bucket::consume(stored.as_ref(), req.limits, req.n, Mode::All, now_us);
     lease::wait_with_leases(&mut o, leases, req.n.max(1), now_us);
-    let retry = if o.kind == Kind::Allowed {
-        0
+    let (retry, wait_us) = if o.kind == Kind::Allowed {
+        (0, 0)
     } else {
-        o.retry_after_ms
+        (o.retry_after_ms, o.wait_us)
     };
     let mut reply = vec![0, left as i64, retry, o.reset_after_ms, 0];
     if req.lease.is_some() {
@@ -269,6 +274,7 @@ pub fn consume_dry(
     Answer {
         granted: false,
         retry_after_ms: retry,
+        wait_us,
         never: req.never(),
         blocking: 0,
         reply,
@@ -377,6 +383,7 @@ impl MultiDecision {
         Answer {
             granted: self.outcome.allowed,
             retry_after_ms: self.outcome.retry_after_ms,
+            wait_us: self.outcome.wait_us,
             never: self.never,
             blocking: self.blocking,
             reply: self.reply,
@@ -430,7 +437,8 @@ pub fn mconsume<S: BucketState>(
     let any_held = parts.iter_mut().any(|p| !p.leases().is_blank());
     let mut blocking = 0;
     if (!o.allowed && any_held) || !short.is_empty() {
-        (o.retry_after_ms, blocking) = wait_with_leases(&o, parts, &short, now_us);
+        (o.wait_us, blocking) = wait_with_leases(&o, parts, &short, now_us);
+        o.retry_after_ms = bucket::retry_ms(o.wait_us);
         if !o.allowed {
             o.kind = if o.retry_after_ms < 0 {
                 Kind::Never
@@ -493,11 +501,12 @@ fn fits_now(p: &Part, now_us: i64) -> bool {
 pub fn mconsume_dry<S: BucketState>(parts: &mut [S], req: &MultiRequest, now_us: i64) -> Answer {
     let bparts = expire_parts(parts, req, now_us);
     let o = bucket::consume_all(&bparts, Mode::All, now_us);
-    let (retry, blocking) = if o.allowed {
+    let (wait_us, blocking) = if o.allowed {
         (0, 0)
     } else {
         wait_with_leases(&o, parts, &[], now_us)
     };
+    let retry = bucket::retry_ms(wait_us);
     let mut reply = vec![0, retry];
     reply.extend(bparts.iter().map(|p| {
         p.stored
@@ -509,13 +518,14 @@ pub fn mconsume_dry<S: BucketState>(parts: &mut [S], req: &MultiRequest, now_us:
     Answer {
         granted: false,
         retry_after_ms: retry,
+        wait_us,
         never: req.never(),
         blocking,
         reply,
     }
 }
 
-/// The wait in ms of a multi-bucket denial counting the held leases'
+/// The wait in µs of a multi-bucket denial counting the held leases'
 /// expiry (each part waits for what it needs, `o.need`): the longest over
 /// the parts in `only` (the leased parts short now), or over every part
 /// when `only` is empty; -1 if one of them can never succeed. With it, the
@@ -547,7 +557,7 @@ fn wait_with_leases<S: BucketState>(
             None => return (-1, j),
         }
     }
-    (bucket::ceil_ms(wait), part)
+    (bucket::wait_of(wait), part)
 }
 
 #[cfg(test)]
@@ -869,6 +879,7 @@ mod tests {
             Answer {
                 granted: false,
                 retry_after_ms: 400,
+                wait_us: 400_000,
                 never: false,
                 blocking: 0,
                 reply: vec![0, 0, 400, 400, 0, 0],
@@ -1127,6 +1138,7 @@ mod tests {
             Answer {
                 granted: false,
                 retry_after_ms: 400,
+                wait_us: 400_000,
                 never: false,
                 blocking: 1,
                 reply: vec![0, 400, 6, 0, 0, 0],

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::time::Duration;
 
 use crate::fair::{self, FairQueue, FlowStat};
 
@@ -174,6 +175,54 @@ pub fn same_request(a: &[&[u8]], b: &[&[u8]]) -> bool {
         })
 }
 
+/// How long past its expiry (the instant its bucket fills up, or its last
+/// lease ends) the key of a bucket written by a grant of the queue is kept.
+/// The next call in line is due when the bucket can serve it, which for a
+/// call asking the whole capacity is the instant it fills: a timer that
+/// runs late (a busy main thread, a loaded machine) then still finds the
+/// key, and the call is granted as of that instant. Without the key it is
+/// granted as of the late reading (a missing key is a full bucket as of
+/// now only), and the refill in between is lost. A full bucket reads the
+/// same with its key as without.
+pub const KEEP_KEY_MS: i64 = 100;
+
+/// The absolute expiry (ms; 0: none) stored with a key written by a grant
+/// of the queue, for a key that would expire at `at_ms`.
+pub fn kept_expiry_ms(at_ms: i64) -> i64 {
+    if at_ms > 0 {
+        at_ms.saturating_add(KEEP_KEY_MS)
+    } else {
+        at_ms
+    }
+}
+
+/// The wait before a timer that tries a waiting call again at `due_us`,
+/// set at `now_us` (µs of the server's clock, read to the microsecond, whose
+/// readings step by `tick_us`): until the first step at or after `due_us`,
+/// to the microsecond, when the server's clock first reads `due_us` or
+/// later (the call is then tried as of `due_us`). A wait rounded up to
+/// whole milliseconds from a millisecond reading (Redis 7.0) ran up to
+/// 1 ms late, each grant's timer later than the last.
+pub fn ready_in(due_us: i64, now_us: i64, tick_us: i64) -> Duration {
+    let tick = tick_us.max(1);
+    let at = due_us
+        .div_euclid(tick)
+        .saturating_add(i64::from(due_us.rem_euclid(tick) > 0))
+        * tick;
+    Duration::from_micros(at.saturating_sub(now_us).max(0) as u64)
+}
+
+/// When a call denied at `at_us` with a wait of `wait_us` (exact; -1: no
+/// refill or lease expiry will make it fit) may fit: counted from the
+/// instant the denial was decided at, not from a later reading of the
+/// clock (on Redis 7.0, whose clock moves within a command, that was up to
+/// 1 ms later), and to the microsecond (a wait rounded up to a millisecond
+/// granted a call asking a bucket's whole capacity after the bucket had
+/// filled, losing the refill in between: 2% of a rate of 30/s).
+pub fn due_at(at_us: i64, wait_us: i64) -> Option<i64> {
+    (wait_us >= 0).then(|| at_us.saturating_add(wait_us.max(1)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,5 +371,73 @@ mod tests {
             10,
             "{grants:?}"
         );
+    }
+
+    /// A virtual clock as on Redis 7.0: the server's clock reads whole
+    /// milliseconds of a real time kept in microseconds, and each timer
+    /// runs `LATE` µs after it is due (the event loop). Calls always wait
+    /// on a bucket of capacity 1 (100/s, a token every 10 ms, and 30/s,
+    /// every 33,334 µs rounded up): after each grant, made as of its due
+    /// instant, the next call is denied (its token is due a refill interval
+    /// after the grant) and a timer set for then. Every timer must run
+    /// within `LATE` of the first millisecond at or after its due instant
+    /// (when the server's clock reads it), and 1,000 grants take exactly
+    /// 999 refill intervals of bucket time. Before: the wait was rounded up
+    /// to whole milliseconds from the millisecond reading, so the timer ran
+    /// late by the part of a millisecond the reading dropped (each grant's
+    /// later than the last), and at 30/s each grant came 34 ms after the
+    /// one before instead of 33.334.
+    #[test]
+    fn ready_timers_on_a_millisecond_clock_run_when_the_token_comes() {
+        const LATE: i64 = 150;
+        const WORK: i64 = 40; // µs from a grant to the next call's denial
+        let reading = |real: i64| real / 1000 * 1000;
+        for interval in [10_000, 33_334] {
+            for start in (0..1000).step_by(7) {
+                let mut real = 1_700_000_000_000_000 + start;
+                let first = reading(real);
+                let mut granted_at = first;
+                for i in 1..1000 {
+                    real += WORK;
+                    let denied_at = reading(real);
+                    let due = due_at(denied_at, granted_at + interval - denied_at).unwrap();
+                    real += i64::try_from(ready_in(due, real, 1000).as_micros()).unwrap() + LATE;
+                    let tick = (due + 999) / 1000 * 1000;
+                    assert!(
+                        (tick..=tick + LATE).contains(&real),
+                        "grant {i} at {interval} µs from {start} µs into a millisecond: \
+                         timer {} µs after its tick",
+                        real - tick
+                    );
+                    granted_at = due;
+                }
+                assert_eq!(granted_at - first, 999 * interval, "from {start} µs");
+            }
+        }
+    }
+
+    /// A virtual clock as on Redis 7.0 (whole milliseconds), calls always
+    /// waiting on a bucket of 100/s, capacity 1, and timers late by up to
+    /// 90 ms (a loaded machine). Each grant leaves the bucket empty, full
+    /// again (its key expiring) at the instant the next call is due; a
+    /// timer that runs while the key is there grants as of that instant, a
+    /// later one as of its own reading (the refill in between is lost).
+    /// With the key kept [`KEEP_KEY_MS`] past that instant, 1,000 grants
+    /// take exactly 999 refill intervals whatever the timers' delays.
+    #[test]
+    fn late_timers_lose_no_refill_while_the_queue_keeps_the_key() {
+        let mut late = 0x2545_f491_4f6c_dd1d_u64; // xorshift: each timer's delay
+        let first = 1_700_000_000_000_000;
+        let mut granted_at = first;
+        for _ in 1..1000 {
+            let due = granted_at + 10_000;
+            late ^= late << 13;
+            late ^= late >> 7;
+            late ^= late << 17;
+            let now = (due + (late % 90_000) as i64) / 1000 * 1000;
+            let expiry_ms = kept_expiry_ms(due / 1000);
+            granted_at = if now / 1000 <= expiry_ms { due } else { now };
+        }
+        assert_eq!(granted_at - first, 999 * 10_000);
     }
 }

@@ -140,7 +140,7 @@ fn queued_try(ctx: &Ctx, args: &Args, dry: bool) -> Result<lease_wait::Try, CmdE
 pub(super) fn queue_try(a: decide::Answer) -> lease_wait::Try {
     lease_wait::Try {
         granted: a.granted,
-        retry_after_ms: a.retry_after_ms,
+        wait_us: a.wait_us,
         never: a.never,
         blocking: a.blocking,
         reply: a.reply,

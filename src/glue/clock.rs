@@ -1,6 +1,7 @@
 //! The server clock, read once per command.
 
 use std::cell::Cell;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use redis_module::raw;
 
@@ -28,6 +29,36 @@ pub fn server_now_us() -> i64 {
                 None => 0,
             },
         }
+    }
+}
+
+/// The server's clock read to the microsecond, for timers that must run at
+/// an instant of it: the cached clock on Redis 7.2+, and on 7.0 the wall
+/// clock whose whole milliseconds [`server_now_us`] reads there
+/// (`gettimeofday`, which `RM_Milliseconds` truncates). A timer set from
+/// the truncated reading ran up to 1 ms after its instant.
+pub fn fine_now_us() -> i64 {
+    // SAFETY: as in `server_now_us`.
+    if let Some(cached) = unsafe { raw::RedisModule_CachedMicroseconds } {
+        // SAFETY: as in `server_now_us`.
+        return unsafe { cached() };
+    }
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .ok()
+        .and_then(|d| i64::try_from(d.as_micros()).ok())
+        .unwrap_or_else(server_now_us)
+}
+
+/// The step of the server's clock in µs: 1,000 on Redis 7.0 (whole
+/// milliseconds), else 1. A timer for an instant runs at the first step at
+/// or after it, when the server's clock reads it.
+pub fn tick_us() -> i64 {
+    // SAFETY: as in `server_now_us`.
+    if unsafe { raw::RedisModule_CachedMicroseconds }.is_some() {
+        1
+    } else {
+        1000
     }
 }
 

@@ -40,7 +40,7 @@ use redis_module::raw;
 
 use super::entry::{guard, Args, CmdError, CmdResult, Ctx};
 use super::reply::Replier;
-use super::{blocking, clock, stats, waker};
+use super::{blocking, clock, stats, store, waker};
 use crate::errors;
 use crate::parse::Flow;
 use crate::waitq::{self, WaitQueue, WaiterId};
@@ -49,9 +49,9 @@ use crate::waitq::{self, WaitQueue, WaiterId};
 pub struct Try {
     /// The leases were granted (and written).
     pub granted: bool,
-    /// The denial's `retry_after_ms` (-1: no refill or lease expiry will
-    /// make it fit; only a give-back can).
-    pub retry_after_ms: i64,
+    /// The denial's wait in µs, exact (what its `retry_after_ms` rounds up;
+    /// -1: no refill or lease expiry will make it fit, only a give-back can).
+    pub wait_us: i64,
     /// The call asks more of a bucket than its capacity: it can never fit.
     pub never: bool,
     /// Which of the call's buckets makes a denial wait (an index into its
@@ -230,12 +230,15 @@ pub fn wait(
     let mut retry = None;
     let mut on = waited.unwrap_or(0);
     if waited.is_none() || !room {
-        let t = now(ctx)?;
+        // One instant for the decision and the wait counted from it (the
+        // clock of Redis 7.0 moves within a command).
+        let at = clock::server_now_us();
+        let t = clock::as_of(at, || now(ctx))?;
         if t.granted || t.never || !room {
             ctx.reply().ints(&t.reply);
             return Ok(());
         }
-        retry = Some(t.retry_after_ms);
+        retry = Some(waitq::due_at(at, t.wait_us));
         on = t.blocking;
     }
     let flow = asks.flow.unwrap_or(DEFAULT_FLOW);
@@ -249,7 +252,7 @@ pub fn wait(
     match block(ctx, args, wait_ms, queued, event, attempt) {
         Some(id) => match retry {
             // Alone in its queue: tried again when it may fit.
-            Some(ms) => schedule_ready(id, due_in(ms)),
+            Some(due) => schedule_ready(id, due),
             // Behind others, unless its flow puts it first in line: then it
             // is tried at once (from a timer, where writing is ordinary).
             None => {
@@ -457,14 +460,16 @@ fn hand_back(bc: Handle, reply: Option<Reply>) {
 /// of that instant ([`clock::as_of`]) if every one of its buckets has its
 /// key, else as of now (a missing key is a full bucket as of now only: as
 /// of an earlier instant it would be read as full then, and a bucket that
-/// filled up since would hand out its tokens again). Returns the outcome
-/// and whether it was tried as of `as_of`.
+/// filled up since would hand out its tokens again). Returns the outcome,
+/// the instant it was tried as of (one reading of the clock, so that a
+/// denial's wait counts from the instant it was decided at), and whether
+/// that is `as_of`.
 fn try_waiter(
     ctx: NonNull<raw::RedisModuleCtx>,
     id: WaiterId,
     dry: bool,
     as_of: Option<i64>,
-) -> Option<(Result<Try, CmdError>, bool)> {
+) -> Option<(Result<Try, CmdError>, i64, bool)> {
     let (db, argv, event, attempt, key_args) = STATE.with(|s| {
         let s = s.borrow();
         let w = s.waiters.get(&id)?;
@@ -489,10 +494,12 @@ fn try_waiter(
                 .map_or(true, |k| k.stored().is_some())
         })
     });
-    Some(match as_of {
-        Some(t) => (clock::as_of(t, || attempt(&c, &a, dry)), true),
-        None => (attempt(&c, &a, dry), false),
-    })
+    let at = as_of.unwrap_or_else(clock::server_now_us);
+    Some((
+        clock::as_of(at, || store::for_queue(|| attempt(&c, &a, dry))),
+        at,
+        as_of.is_some(),
+    ))
 }
 
 /// Tries the first in line of `key`'s queue, granting while they fit. A
@@ -513,18 +520,13 @@ fn serve(ctx: *mut raw::RedisModuleCtx, key: QKey, as_of: Option<i64>) {
             if denied.contains(&id) {
                 break;
             }
-            let outcome = match try_waiter(ctx, id, false, at) {
-                Some((outcome, backdated)) => {
-                    at = at.filter(|_| backdated);
-                    Some(outcome)
-                }
-                None => None,
+            let Some((outcome, tried_at, backdated)) = try_waiter(ctx, id, false, at) else {
+                break;
             };
+            at = at.filter(|_| backdated);
             match outcome {
-                Some(Ok(t)) if !t.granted => {
-                    let from = at.unwrap_or_else(clock::server_now_us);
-                    let due =
-                        (t.retry_after_ms >= 0).then(|| from + t.retry_after_ms.max(1) * 1000);
+                Ok(t) if !t.granted => {
+                    let due = waitq::due_at(tried_at, t.wait_us);
                     let to = STATE.with(|s| {
                         let s = s.borrow();
                         let w = s.waiters.get(&id)?;
@@ -553,7 +555,7 @@ fn serve(ctx: *mut raw::RedisModuleCtx, key: QKey, as_of: Option<i64>) {
                         break;
                     }
                 }
-                Some(outcome) => {
+                outcome => {
                     if let Some((w, _, _)) = take(id, false, true) {
                         let reply = match outcome {
                             Ok(t) => Reply::Ints(t.reply),
@@ -562,7 +564,6 @@ fn serve(ctx: *mut raw::RedisModuleCtx, key: QKey, as_of: Option<i64>) {
                         hand_back(w.bc, Some(reply));
                     }
                 }
-                None => break,
             }
         }
     }
@@ -587,8 +588,6 @@ fn schedule_ready(id: WaiterId, due: Option<i64>) {
         waker::stop(timer);
     }
     if let Some(due) = due {
-        let ms = (due - clock::server_now_us()).max(0) as u64;
-        let ms = ms.div_ceil(1000).max(1);
         let ticket = STATE.with(|s| {
             let s = &mut *s.borrow_mut();
             s.next_ticket += 1;
@@ -596,7 +595,7 @@ fn schedule_ready(id: WaiterId, due: Option<i64>) {
             s.next_ticket
         });
         let timer = waker::create(
-            Duration::from_millis(ms),
+            waitq::ready_in(due, clock::fine_now_us(), clock::tick_us()),
             ready_due,
             ticket as usize as *mut c_void,
         );
@@ -606,12 +605,6 @@ fn schedule_ready(id: WaiterId, due: Option<i64>) {
             }
         });
     }
-}
-
-/// When a denial that waits `retry_after_ms` (-1: no refill or expiry will
-/// do) may fit, on the server's clock.
-fn due_in(retry_after_ms: i64) -> Option<i64> {
-    (retry_after_ms >= 0).then(|| clock::server_now_us() + retry_after_ms.max(1) * 1000)
 }
 
 /// The time a first in line waited for came (on the main thread, with no
@@ -691,7 +684,7 @@ extern "C" fn timed_out(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
         let Some(nn) = NonNull::new(ctx) else { return };
         if let Some(Some(outcome)) = STATE
             .with(|s| s.borrow().waiters.contains_key(&id))
-            .then(|| try_waiter(nn, id, true, None).map(|(o, _)| o))
+            .then(|| try_waiter(nn, id, true, None).map(|(o, _, _)| o))
         {
             if let Some((w, key, handed)) = take(id, true, false) {
                 let reply = match outcome {
@@ -755,7 +748,7 @@ extern "C" fn unblocked_early(
         match id {
             Some(id) => {
                 let first = STATE.with(|s| s.borrow().queue.is_first(id));
-                let outcome = try_waiter(nn, id, true, None).map(|(o, _)| o);
+                let outcome = try_waiter(nn, id, true, None).map(|(o, _, _)| o);
                 if let Some((w, key, handed)) = take(id, true, false) {
                     send(
                         r,

@@ -20,6 +20,7 @@ use super::setstate::{self, State};
 use crate::bucket::{Bucket, Expiry};
 use crate::errors::{self, ERR_OOM};
 use crate::lease::{self, Delta, Leases};
+use crate::waitq;
 
 /// Marker of a key opened for reading only.
 pub enum Read {}
@@ -234,7 +235,13 @@ impl<'c> BucketKey<'c, Write> {
     pub fn commit(&self, b: &Bucket) {
         self.ctx.mark_effects();
         self.written.set(true);
-        let at = expire_at_ms(b, &self.leases.borrow());
+        let at = expire_at_ms(b, &self.leases.borrow()).map(|ms| {
+            if FOR_QUEUE.get() {
+                waitq::kept_expiry_ms(ms)
+            } else {
+                ms
+            }
+        });
         let deleted = match at {
             None => {
                 self.leases.borrow_mut().clear_journal();
@@ -442,6 +449,27 @@ impl<M> Drop for BucketKey<'_, M> {
         // (RedisModule_CloseKey accepts NULL).
         unsafe { raw::RedisModule_CloseKey.unwrap()(self.key) };
     }
+}
+
+thread_local! {
+    /// Set while the wait queue tries a waiting call ([`for_queue`]).
+    /// Main thread only.
+    static FOR_QUEUE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f`, a waiting call's try by the wait queue: a key its grant writes
+/// is kept [`waitq::KEEP_KEY_MS`] past its expiry, so the next in line is
+/// granted as of the instant it could fit even when its timer runs late.
+pub fn for_queue<T>(f: impl FnOnce() -> T) -> T {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            FOR_QUEUE.set(false);
+        }
+    }
+    FOR_QUEUE.set(true);
+    let _reset = Reset;
+    f()
 }
 
 /// The absolute expiry to store with `b` and its leases in ms (0: none), or
