@@ -546,43 +546,41 @@ pub fn consume(
     let (mut b, mut dirty) = current(stored, limits, now_us);
     let have = b.nanos_at(now_us);
     let want = n as i128 * NANOS;
-    let (kind, granted, wait_us) = if n == 0 {
+    let (kind, granted, wait) = if n == 0 {
         dirty = false;
-        match b.micros_until(NANOS, now_us) {
-            Some(us) => (Kind::Peek, 0, wait_of(us)),
-            None => (Kind::Peek, 0, -1),
-        }
+        (Kind::Peek, 0, b.micros_until(NANOS, now_us))
     } else if n > b.capacity && !matches!(mode, Mode::AtMost { .. }) {
-        (Kind::Never, 0, -1)
+        (Kind::Never, 0, None)
     } else if have >= want {
         b.take(want);
         dirty = true;
-        (Kind::Allowed, n, 0)
+        (Kind::Allowed, n, Some(0))
     } else if matches!(mode, Mode::AtMost { .. }) && have >= least(mode, n) {
         // Partial grant: everything whole that is there (less than n, at
         // least min(min, n)).
         let avail = (have / NANOS) as u64;
         b.take(avail as i128 * NANOS);
         dirty = true;
-        (Kind::Allowed, avail, 0)
+        (Kind::Allowed, avail, Some(0))
     } else {
         // ATMOST waits for its smallest grant; the others for all n.
         let target = least(mode, n);
         match (mode, b.micros_until(target, now_us)) {
-            (_, None) => (Kind::Never, 0, -1),
+            (_, None) => (Kind::Never, 0, None),
             (Mode::Reserve { max_wait_us }, Some(us)) if us <= max_wait_us => {
                 b.take(want);
                 dirty = true;
-                (Kind::Reserved, n, wait_of(us))
+                (Kind::Reserved, n, Some(us))
             }
-            (_, Some(us)) => (Kind::Denied, 0, wait_of(us)),
+            (_, Some(us)) => (Kind::Denied, 0, Some(us)),
         }
     };
+    let (retry_after_ms, wait_us) = waits(wait);
     Outcome {
         kind,
         granted,
         remaining: b.whole_tokens(now_us),
-        retry_after_ms: retry_ms(wait_us),
+        retry_after_ms,
         wait_us,
         reset_after_ms: b.reset_after_ms(now_us),
         bucket: b,
@@ -590,18 +588,12 @@ pub fn consume(
     }
 }
 
-/// A wait in µs as an `i64` (saturating): -1 is kept for never.
-pub fn wait_of(us: u64) -> i64 {
-    us.min(i64::MAX as u64) as i64
-}
-
-/// The wait in whole ms, rounded up, of a wait in µs (-1: never).
-pub fn retry_ms(wait_us: i64) -> i64 {
-    if wait_us < 0 {
-        -1
-    } else {
-        ceil_ms(wait_us as u64)
-    }
+/// A wait in µs (`None`: never) as the replies give it and as the wait
+/// queue uses it: `(retry_after_ms, wait_us)`, the first rounded up to a
+/// whole ms, both -1 for never. (Beyond `i64::MAX` µs, some 292,000 years,
+/// `wait_us` saturates while the ms stay exact.)
+pub fn waits(wait: Option<u64>) -> (i64, i64) {
+    wait.map_or((-1, -1), |us| (ceil_ms(us), us.min(i64::MAX as u64) as i64))
 }
 
 /// The level (nano-tokens) a request for `n` needs before anything is
@@ -703,14 +695,13 @@ pub fn consume_all(parts: &[Part], mode: Mode, now_us: i64) -> MultiOutcome {
         buckets.push(b);
         dirty.push(changed);
     }
-    let (kind, wait_us) = match (wait, mode) {
-        (None, _) => (Kind::Never, -1),
-        (Some(0), _) => (Kind::Allowed, 0),
-        (Some(w), Mode::Reserve { max_wait_us }) if w <= max_wait_us => {
-            (Kind::Reserved, wait_of(w))
-        }
-        (Some(w), _) => (Kind::Denied, wait_of(w)),
+    let kind = match (wait, mode) {
+        (None, _) => Kind::Never,
+        (Some(0), _) => Kind::Allowed,
+        (Some(w), Mode::Reserve { max_wait_us }) if w <= max_wait_us => Kind::Reserved,
+        (Some(_), _) => Kind::Denied,
     };
+    let (retry_after_ms, wait_us) = waits(wait);
     let allowed = matches!(kind, Kind::Allowed | Kind::Reserved);
     let granted = match (allowed, mode) {
         (false, _) => 0,
@@ -735,7 +726,7 @@ pub fn consume_all(parts: &[Part], mode: Mode, now_us: i64) -> MultiOutcome {
     MultiOutcome {
         kind,
         allowed,
-        retry_after_ms: retry_ms(wait_us),
+        retry_after_ms,
         wait_us,
         granted,
         taken,
@@ -1358,7 +1349,10 @@ mod tests {
                 prop_assert!(o.bucket.tokens <= o.bucket.cap_nanos());
                 prop_assert!(o.bucket.updated_us <= now && now - o.bucket.updated_us < period);
                 // The exact wait is what the reply's wait rounds up.
-                prop_assert_eq!(o.retry_after_ms, retry_ms(o.wait_us));
+                prop_assert_eq!(
+                    o.retry_after_ms,
+                    if o.wait_us < 0 { -1 } else { ceil_ms(o.wait_us as u64) }
+                );
                 prop_assert!(o.wait_us >= -1);
                 if o.allowed() && o.kind != Kind::Peek {
                     admitted += o.granted as u128;

@@ -437,8 +437,9 @@ pub fn mconsume<S: BucketState>(
     let any_held = parts.iter_mut().any(|p| !p.leases().is_blank());
     let mut blocking = 0;
     if (!o.allowed && any_held) || !short.is_empty() {
-        (o.wait_us, blocking) = wait_with_leases(&o, parts, &short, now_us);
-        o.retry_after_ms = bucket::retry_ms(o.wait_us);
+        let wait;
+        (wait, blocking) = wait_with_leases(&o, parts, &short, now_us);
+        (o.retry_after_ms, o.wait_us) = bucket::waits(wait);
         if !o.allowed {
             o.kind = if o.retry_after_ms < 0 {
                 Kind::Never
@@ -501,12 +502,12 @@ fn fits_now(p: &Part, now_us: i64) -> bool {
 pub fn mconsume_dry<S: BucketState>(parts: &mut [S], req: &MultiRequest, now_us: i64) -> Answer {
     let bparts = expire_parts(parts, req, now_us);
     let o = bucket::consume_all(&bparts, Mode::All, now_us);
-    let (wait_us, blocking) = if o.allowed {
-        (0, 0)
+    let (wait, blocking) = if o.allowed {
+        (Some(0), 0)
     } else {
         wait_with_leases(&o, parts, &[], now_us)
     };
-    let retry = bucket::retry_ms(wait_us);
+    let (retry, wait_us) = bucket::waits(wait);
     let mut reply = vec![0, retry];
     reply.extend(bparts.iter().map(|p| {
         p.stored
@@ -528,7 +529,7 @@ pub fn mconsume_dry<S: BucketState>(parts: &mut [S], req: &MultiRequest, now_us:
 /// The wait in µs of a multi-bucket denial counting the held leases'
 /// expiry (each part waits for what it needs, `o.need`): the longest over
 /// the parts in `only` (the leased parts short now), or over every part
-/// when `only` is empty; -1 if one of them can never succeed. With it, the
+/// when `only` is empty; `None` if one of them can never succeed. With it, the
 /// part that makes the call wait (the first with the longest wait, or the
 /// one that never succeeds).
 fn wait_with_leases<S: BucketState>(
@@ -536,7 +537,7 @@ fn wait_with_leases<S: BucketState>(
     parts: &mut [S],
     only: &[usize],
     now_us: i64,
-) -> (i64, usize) {
+) -> (Option<u64>, usize) {
     let mut every = 0..o.need.len();
     let mut listed = only.iter().copied();
     let which: &mut dyn Iterator<Item = usize> = if only.is_empty() {
@@ -548,16 +549,16 @@ fn wait_with_leases<S: BucketState>(
     for j in which {
         let b = &o.buckets[j];
         if o.need[j] > b.capacity {
-            return (-1, j);
+            return (None, j);
         }
         let level = o.need[j] as i128 * NANOS;
         match parts[j].leases().micros_until(b, level, now_us) {
             Some(us) if us > wait => (wait, part) = (us, j),
             Some(_) => {}
-            None => return (-1, j),
+            None => return (None, j),
         }
     }
-    (bucket::wait_of(wait), part)
+    (Some(wait), part)
 }
 
 #[cfg(test)]

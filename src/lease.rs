@@ -480,8 +480,7 @@ pub fn wait_with_leases(o: &mut Outcome, leases: &Leases, target: u64, now_us: i
         return;
     }
     if let Some(us) = leases.micros_until(&o.bucket, target as i128 * NANOS, now_us) {
-        o.retry_after_ms = ceil_ms(us);
-        o.wait_us = crate::bucket::wait_of(us);
+        (o.retry_after_ms, o.wait_us) = crate::bucket::waits(Some(us));
         if o.kind == Kind::Never {
             o.kind = Kind::Denied;
         }
