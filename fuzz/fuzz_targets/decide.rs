@@ -10,7 +10,8 @@
 //! granted, and is then held with the call's tokens; a denial takes
 //! nothing and grants nothing; a held reply is a reservation; the lease-full
 //! error only comes from a full table, and changes nothing; a dry try grants
-//! nothing and answers a denial.
+//! nothing and answers a denial, whose exact wait (`wait_us`, what its
+//! `retry_after_ms` rounds up) is when it fits: not a microsecond before.
 
 #![no_main]
 
@@ -20,11 +21,21 @@ mod sim;
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use sim::{wait_ms, RawAmount, RawBucket, RawLimits, Step};
-use tb::bucket::{Bucket, Kind, Mode};
+use tb::bucket::{ceil_ms, Bucket, Kind, Mode};
 use tb::decide::{self, ConsumeRequest, Lend, MultiRequest, PartState};
-use tb::lease::{Leases, MAX_LEASES, MAX_TTL_MS};
 use tb::errors::ERR_LEASE_FULL;
+use tb::lease::{Leases, MAX_LEASES, MAX_TTL_MS};
 use tb::parse::Request;
+
+/// A reply's `retry_after_ms` is its exact wait `wait_us` rounded up (both
+/// -1 for never; `wait_us` saturates at `i64::MAX`).
+fn same_wait(ms: i64, us: i64) -> bool {
+    match us {
+        -1 => ms == -1,
+        i64::MAX => ms >= ceil_ms(i64::MAX as u64),
+        us => us >= 0 && ms == ceil_ms(us as u64),
+    }
+}
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
 enum RawMode {
@@ -177,6 +188,25 @@ fuzz_target!(|input: Input| {
                     assert_eq!(a.reply.len(), 5 + usize::from(lease.is_some()));
                     assert_eq!(a.never, n > l.capacity);
                     assert!(a.retry_after_ms >= -1);
+                    assert!(same_wait(a.retry_after_ms, a.wait_us));
+                    // The queue tries a denied call again after exactly
+                    // `wait_us`: it must fit then, and not a µs before. But
+                    // for a wait too long for an i64 (saturated), and for a
+                    // bucket stored with other limits: the try that changes
+                    // them writes the change, so the next try's wait counts
+                    // from it, not this one.
+                    let same = key.stored.is_none_or(|b| b.limits() == l);
+                    if let Some(due) = (same && 0 < a.wait_us && a.wait_us < i64::MAX)
+                        .then(|| now.checked_add(a.wait_us))
+                        .flatten()
+                    {
+                        let fits = |at: i64| {
+                            let mut copy = found.clone();
+                            decide::consume_dry(key.stored, &mut copy, &req, at).wait_us == 0
+                        };
+                        assert!(fits(due), "not due after its wait_us {}", a.wait_us);
+                        assert!(!fits(due - 1), "due before its wait_us {}", a.wait_us);
+                    }
                     continue;
                 }
                 let d = match decide::consume(key.stored, &mut key.leases, &req, now, &mut rng) {
@@ -192,6 +222,7 @@ fuzz_target!(|input: Input| {
                 let reply = d.reply();
                 assert_eq!(reply.len(), 5 + usize::from(lease.is_some()));
                 assert_eq!(reply[0], i64::from(o.allowed()));
+                assert!(same_wait(o.retry_after_ms, o.wait_us));
                 assert_eq!(d.never, n > l.capacity);
                 match o.kind {
                     Kind::Allowed => assert_eq!(o.retry_after_ms, 0),
@@ -277,6 +308,31 @@ fuzz_target!(|input: Input| {
                     let a = decide::mconsume_dry(&mut states, &req, now);
                     assert!(!a.granted && a.reply[0] == 0 && a.blocking < k);
                     assert_eq!(a.reply.len(), 2 + k + if any_lease { k } else { 0 });
+                    assert!(same_wait(a.retry_after_ms, a.wait_us));
+                    // As for one bucket, above.
+                    let same = which
+                        .iter()
+                        .zip(&requests)
+                        .all(|(&j, r)| keys[j].stored.is_none_or(|b| b.limits() == r.limits));
+                    if let Some(due) = (same && 0 < a.wait_us && a.wait_us < i64::MAX)
+                        .then(|| now.checked_add(a.wait_us))
+                        .flatten()
+                    {
+                        let fits = |at: i64| {
+                            let mut copies = found.clone();
+                            let mut states: Vec<PartState<&mut Leases>> = which
+                                .iter()
+                                .zip(copies.iter_mut())
+                                .map(|(&j, leases)| PartState {
+                                    stored: keys[j].stored,
+                                    leases,
+                                })
+                                .collect();
+                            decide::mconsume_dry(&mut states, &req, at).wait_us == 0
+                        };
+                        assert!(fits(due), "not due after its wait_us {}", a.wait_us);
+                        assert!(!fits(due - 1), "due before its wait_us {}", a.wait_us);
+                    }
                     continue;
                 }
                 let mut owned: Vec<Leases> = which
@@ -315,6 +371,7 @@ fuzz_target!(|input: Input| {
                 );
                 assert_eq!(d.reply[0], i64::from(o.allowed));
                 assert_eq!(d.reply[1], o.retry_after_ms);
+                assert!(same_wait(o.retry_after_ms, o.wait_us));
                 assert!(d.blocking < k);
                 assert_eq!(d.never, requests.iter().any(|r| r.n > r.limits.capacity));
                 let kind = match (o.allowed, o.retry_after_ms) {
