@@ -181,23 +181,28 @@ fn a_block_reply_describes_the_bucket_when_it_is_sent() {
         info_tb(c)["tb_blocked_now"] == 1
     });
     // Meanwhile another client reserves ten tokens behind it: the bucket
-    // is full again a second later than when the waiter blocked.
+    // is full again a second later than when the waiter blocked. The grant
+    // comes after this reservation (or its reply could not count its debt),
+    // so at most `between` before the state is read below.
+    let reserved = Instant::now();
     let r = ints(
         &mut c,
         &["TB.CONSUME", "r", "10", "10", "10", "RESERVE", "5000"],
     );
     assert_eq!((r[0], r[4]), (1, 10), "{r:?}");
     let reply = answer(&mut w).unwrap();
-    let answered = Instant::now();
     let reset_now: i64 = state(&mut c, "r")["reset_after_ms"].parse().unwrap();
-    let between = answered.elapsed().as_millis() as i64 + 1;
+    // (Measured from the reply's arrival instead, a client scheduled late
+    // saw 1 ms where 2 had passed on the server.)
+    let between = reserved.elapsed().as_millis() as i64 + 1;
     assert_eq!(
         (reply[0], reply[1], reply[2], reply[4]),
         (1, 0, 0, 1),
         "{reply:?}"
     );
     // reset_after_ms as of the reply: the debt of both reservations, not
-    // only the waiter's own (that would be about 1000 ms less).
+    // only the waiter's own (that would be about 1000 ms less, far more
+    // than `between`, about the waiter's 100 ms).
     assert!(
         reply[3] >= reset_now && reply[3] <= reset_now + between,
         "reset_after_ms {} in the reply, {reset_now} just after ({between} ms later)",
