@@ -1,12 +1,15 @@
 //! `TB.CONSUME key rate capacity [n] [RESERVE ms | BLOCK ms] [ATMOST [MIN
-//! chunk]] [LEASE ttl-ms [KEEP]]`: take `n` tokens (default 1) from the bucket under
+//! chunk]] [LEASE ttl-ms [KEEP]] [FLOW name [WEIGHT w]]`: take `n` tokens (default 1) from the bucket under
 //! `key`, refilled lazily at `rate` up to `capacity`. `ATMOST MIN chunk`
 //! grants at least `min(chunk, n)` tokens or nothing (a denial waits for that
 //! many). With `LEASE`, the tokens are lent: `TB.RELEASE` gives them back, or
 //! they come back `ttl-ms` later, or with `KEEP` stay used then
-//! ([`crate::lease`]); with `BLOCK ms` too, a lease that cannot be granted
-//! now is waited for server-side, first come first served
-//! (`glue::lease_wait`).
+//! ([`crate::lease`]). `FLOW name [WEIGHT w]` (with `BLOCK ms`) names the
+//! flow the call waits in. With `BLOCK ms` and `LEASE` or `FLOW`, a call
+//! that cannot be granted now waits server-side in the bucket's queue, fair
+//! across flows and first come first served within one
+//! (`glue::lease_wait`); plain `BLOCK` reserves at once and replies when
+//! its tokens are due.
 //!
 //! Reply: `[allowed, remaining, retry_after_ms, reset_after_ms, granted]`,
 //! and with `LEASE` a sixth element, the lease id (0 when denied).

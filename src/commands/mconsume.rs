@@ -1,5 +1,6 @@
 //! `TB.MCONSUME numkeys key [key ...] rate capacity n [rate capacity n ...]
-//! [RESERVE ms | ATMOST [MIN chunk]] [LEASE part ttl-ms [KEEP] ...]`: all-or-nothing
+//! [RESERVE ms | BLOCK ms | ATMOST [MIN chunk]] [LEASE part ttl-ms [KEEP] ...]
+//! [FLOW name [WEIGHT w]]`: all-or-nothing
 //! across several buckets (requests and tokens per minute, requests in
 //! flight, per tenant and per key): either every bucket gives its `n`, or
 //! none changes. With `ATMOST`, the parts with the largest `n` share one
@@ -15,8 +16,9 @@
 //! denied with the wait for the leased parts; `ATMOST` with `LEASE` is an
 //! error.
 //!
-//! `BLOCK ms` (with a lease, instead of `RESERVE`) waits server-side for
-//! the whole grant, first come first served on each bucket
+//! `BLOCK ms` (instead of `RESERVE`) waits server-side for the whole grant
+//! in the queue of the bucket that makes the call wait, fair across flows
+//! (`FLOW name [WEIGHT w]`) and first come first served within one
 //! (`glue::lease_wait`); when the wait runs out, the denial.
 //!
 //! Reply: `[allowed, retry_after_ms, remaining_1, ..., remaining_k]`; with
