@@ -4,7 +4,9 @@
 # fallback's constants, the clients' limits and error texts, the syntax line
 # of each docs/commands/ page).
 #
-#   make catalogue        regenerate the catalogue and everything made from it
+#   make catalogue        regenerate the catalogue and everything made from it;
+#                         list the Markdown lines that still state a changed
+#                         limit's old value
 #   make check-catalogue  fail, naming the files, if any of them is stale
 #                         (part of `make quick` and `make test`)
 

@@ -9,7 +9,8 @@
 #                    to run some
 
 # markdown-it-py: the CommonMark parser that finds the blocks; mypy checks
-# the harness (tools/doctest/mypy.ini: strict).
+# the harness (tools/doctest/mypy.ini: strict) and, through its tests, the
+# generators in tools/.
 DOCTEST_PIP := 'markdown-it-py==4.*' 'mypy==1.*' 'pytest==9.*'
 PYTEST_ARGS ?=
 

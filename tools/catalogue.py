@@ -14,8 +14,11 @@ Rust writes: src/catalogue.rs), every file that restates the protocol:
   line and when it is answered: its doc comment in src/errors.rs), between
   its ``errors`` comments.
 
-``make catalogue`` writes them; ``--check`` (``make check-catalogue``) writes
-nothing and fails, naming the stale files, when any differs. Standard library
+``make catalogue`` writes them, and when a limit or a setting's default
+changed since the last commit, lists every line of the manual that still
+spells the old value (prose the generator cannot reach); ``--check``
+(``make check-catalogue``) writes nothing and fails, naming the stale files,
+when any differs. Standard library
 only, so it runs before any venv exists.
 """
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -173,6 +177,48 @@ def outputs(cat: dict[str, Any]) -> dict[Path, Callable[[str], str]]:
     return out
 
 
+# ---------------------------------------------------------------------------
+# A changed limit: the prose that may still state the old value.
+
+# Measured figures, which a changed limit does not make wrong.
+MEASURED = {"BENCHMARKS.md", "docs/bench-summary.md"}
+
+
+def committed_catalogue() -> dict[str, Any] | None:
+    """protocol/catalogue.json as last committed, or None outside a git checkout."""
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), "show", "HEAD:protocol/catalogue.json"],
+                             capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return dict(json.loads(out))
+
+
+def old_value_mentions(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """For each limit or setting default whose value changed since the last
+    commit, the lines of the manual (every Markdown file but the measured
+    ones; the generated blocks already hold the new value) that still spell
+    the old one, with or without thousands separators: the sentences a
+    reader may have to edit."""
+    before, after = numbers(old), numbers(new)
+    changed = {n: v for n, v in before.items() if after.get(n) != v}
+    if not changed:
+        return []
+    files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--", "*.md"],
+                           capture_output=True, text=True, check=True).stdout.split("\0")
+    found = []
+    for name, v in changed.items():
+        spelled = re.compile(rf"(?<![\d,.])(?:{v}|{v:,})(?![\d]|,\d)")
+        for rel in filter(None, files):
+            path = REPO / rel
+            if rel in MEASURED or not path.exists():
+                continue
+            for i, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+                if spelled.search(line):
+                    found.append(f"  {rel}:{i}: {name} was {v}, now {after.get(name)}: {line.strip()[:100]}")
+    return found
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="write nothing; fail if a generated file is stale")
@@ -194,6 +240,12 @@ def main() -> int:
         return 1
     print(("catalogue: up to date" if a.check else f"catalogue: wrote {len(stale)} file(s)")
           + (": " + ", ".join(stale) if stale and not a.check else ""))
+    committed = None if a.check else committed_catalogue()
+    if committed is not None:
+        mentions = old_value_mentions(committed, cat)
+        if mentions:
+            print("catalogue: a limit changed since the last commit; these lines still spell its old value "
+                  "(edit the ones that mean it):\n" + "\n".join(mentions))
     return 0
 
 
