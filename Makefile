@@ -126,9 +126,10 @@ unit:
 
 # The fast loop: format, lint, the unit tests and the staleness checks of
 # generated files (the catalogue, mk/catalogue.mk; the Node declarations,
-# mk/node.mk), no server (under a minute on a warm build).
+# mk/node.mk; the figures of docs/security.md, mk/fuzz.mk), no server (under
+# a minute on a warm build).
 quick: ## format check, clippy, unit and doc tests, stale generated files: no server (under a minute, warm)
-	@$(MAKE) --no-print-directory lint unit check-catalogue check-node-types
+	@$(MAKE) --no-print-directory lint unit check-catalogue check-node-types check-figures
 
 # The inner loop with one server: `make quick`, then the Rust integration
 # suite on the system Redis 7.0. `make test` is the gate.
