@@ -85,17 +85,26 @@ class Clock:
 
 @pytest.fixture(scope="module")
 def clocked() -> Iterator[tuple[Server, Server, Clock]]:
-    """A server with the module and one without, one frozen clock for both."""
+    """A server with the module and one without, one frozen clock for both.
+
+    Active expiry is off on both: on a frozen clock it deletes a key whose
+    expiry is the current millisecond (Redis 8.2 expires at ``now >= t``)
+    while a lookup keeps it (``now > t``), at moments set by the real time of
+    its cycle, so the two servers could hold different keys. Lookups alone
+    expire keys the same way on both."""
     with tempfile.TemporaryDirectory(prefix="tb-clock-") as d:
         clock = Clock(os.path.join(d, "clock"))
         env = clockshift_env(clock.path)
-        m = Server(with_module=True, env=env)
+        debug = ["--enable-debug-command", "local"]
+        m = Server(with_module=True, env=env, extra=debug)
         try:
-            p = Server(with_module=False, env=env)
+            p = Server(with_module=False, env=env, extra=debug)
         except BaseException:
             m.stop()
             raise
         try:
+            for s in (m, p):
+                s.command("DEBUG", "SET-ACTIVE-EXPIRE", 0)
             yield m, p, clock
         finally:
             m.stop()
