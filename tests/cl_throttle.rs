@@ -24,7 +24,7 @@ mod common;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use common::clock::Clock;
+use common::clock::{self, Clock};
 use common::rng::Rng;
 use common::{Server, ServerConfig};
 
@@ -114,7 +114,9 @@ fn frozen_server(module: Option<&str>) -> (Server, Clock, tempfile::TempDir) {
         cfg.load_module = false;
         cfg.args = vec!["--loadmodule".into(), m.into()];
     }
-    (Server::start_with(cfg), clock, dir)
+    let s = Server::start_with(cfg);
+    clock::no_active_expiry(&s);
+    (s, clock, dir)
 }
 
 fn parse_fixture() -> Vec<(Call, [i64; 5])> {

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::clock::Clock;
+use common::clock::{self, Clock};
 use common::{Server, ServerConfig};
 use redis::Connection;
 
@@ -25,6 +25,7 @@ fn server() -> (Server, Clock, tempfile::TempDir) {
         env: clock.env(),
         ..Default::default()
     });
+    clock::no_active_expiry(&s);
     (s, clock, dir)
 }
 

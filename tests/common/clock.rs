@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+use super::Server;
+
 /// Builds the shim once per test binary (with the C compiler cargo itself
 /// links with) and returns its path.
 pub fn shim() -> &'static Path {
@@ -90,4 +92,17 @@ impl Clock {
             ("TB_CLOCK_FILE".into(), self.path.display().to_string()),
         ]
     }
+}
+
+/// Turns active expiry off on `s`, a server on a frozen clock. Its cycle
+/// deletes a key whose expiry is the current millisecond (Redis 8.2 expires
+/// at `now >= t`) while a lookup keeps it (`now > t`), at moments set by the
+/// real time of the cycle, so what a test reads would depend on when the
+/// cycle last ran; lookups alone expire keys the same way every run.
+pub fn no_active_expiry(s: &Server) {
+    let _: () = redis::cmd("DEBUG")
+        .arg("SET-ACTIVE-EXPIRE")
+        .arg(0)
+        .query(&mut s.conn())
+        .expect("DEBUG SET-ACTIVE-EXPIRE 0");
 }
