@@ -41,7 +41,7 @@ APT := $(CURDIR)/mk/apt.sh
 # Make targets that other parts of the project add to `make test` (see mk/).
 EXTRA_TESTS :=
 
-.PHONY: help deps test-deps redis8 valkey9 build run lint quick unit check test test-suites \
+.PHONY: help deps test-deps redis8 valkey9 build run lint quick unit check test test-prereqs test-suites \
   rust-test-bins clean
 
 help: ## list the targets
@@ -160,21 +160,37 @@ test-rust-%: rust-test-bins
 	  REDIS_SERVER=$$server TB_MODULE=$(MODULE) $$bin --test-threads=$(TEST_THREADS) 2>&1 || exit 1; \
 	done < $(RUST_TEST_BINS)
 
-# The suites of `make test`, longest first (make starts them in this order).
-SLOW_SUITES := test-node test-python test-docs
-TEST_SUITES = lint unit $(filter $(SLOW_SUITES),$(EXTRA_TESTS)) \
+# What the suites of `make test` share (venvs, packed clients, test
+# binaries), built before any suite starts, the longest chain first (the
+# docs venvs: the client's venv, then its wheel and sdist, then a venv for
+# each), with lint and the unit tests beside them; the fragments add theirs.
+# Built while the suites ran, a chain lost its turn at each step (make
+# gives a freed slot to the next target of its walk): the docs venvs were
+# ready 24 minutes after the client's venv, and the docs suite ran alone at
+# the end.
+TEST_PREREQS := rust-test-bins
+
+# The suites of `make test`, longest first (make starts them in this
+# order; the Rust suite of one server is shorter than each slow suite).
+SLOW_SUITES := test-python test-node test-docs test-ruby
+TEST_SUITES = $(filter $(EXTRA_TESTS),$(SLOW_SUITES)) \
   $(addprefix test-rust-,$(shell seq $(words $(TEST_SERVERS)))) \
   $(filter-out $(SLOW_SUITES),$(EXTRA_TESTS))
 
-# Everything: lint, unit tests, then every suite (the Rust integration tests
-# on each server of TEST_SERVERS, and EXTRA_TESTS, each of which covers every
-# server), TEST_JOBS side by side. A suite's output is printed whole when it
-# ends; at the first failure no further suite starts, the running ones
-# finish, and make fails.
+# Everything: the shared prerequisites, lint and the unit tests, then every
+# suite (the Rust integration tests on each server of TEST_SERVERS, and
+# EXTRA_TESTS, each of which covers every server), TEST_JOBS side by side.
+# The second make takes as built (-o) what `test` and the first make built:
+# most of it is phony, and a phony prerequisite run again as a job let the
+# Rust suites, which have none, start before the slow ones. A suite's output
+# is printed whole when it ends; at the first failure no further suite
+# starts, the running ones finish, and make fails.
 test: build redis8 valkey9 test-deps ## everything: every suite on Redis 7.0, 8.2, Valkey 8.0 and 9.1 (the CI gate)
-	@echo "== make test: $(words $(TEST_SUITES)) suites, $(TEST_JOBS) at a time, on:"
+	@echo "== make test: the shared prerequisites, lint, unit, then $(words $(TEST_SUITES)) suites, $(TEST_JOBS) at a time, on:"
 	@for server in $(TEST_SERVERS); do echo "   $$($$server --version | cut -d' ' -f1-3) ($$server)"; done
-	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target UNIT_FLAGS=--release test-suites
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target UNIT_FLAGS=--release test-prereqs
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target UNIT_FLAGS=--release \
+	  $(addprefix -o ,deps build redis8 valkey9 test-deps $(TEST_PREREQS)) test-suites
 
 # Build outputs and the Redis 8 and Valkey 9 venvs (./data, the `make run`
 # data, is kept).
@@ -183,8 +199,9 @@ clean: ## remove build outputs and the Redis 8 and Valkey 9 venvs (keeps ./data)
 	rm -rf $(VENV8) $(VENV_VALKEY9)
 
 # Fragments for the clients, packaging, benchmarks, fuzzing and soak runs;
-# each may append targets to EXTRA_TESTS.
+# each may append targets to EXTRA_TESTS and TEST_PREREQS.
 -include mk/*.mk
 
 # After the fragments: the prerequisites are read here, with EXTRA_TESTS whole.
+test-prereqs: $(filter docs-venvs,$(TEST_PREREQS)) lint $(filter-out docs-venvs,$(TEST_PREREQS)) unit
 test-suites: $(TEST_SUITES)

@@ -26,6 +26,7 @@ APT ?= $(CURDIR)/mk/apt.sh
 .PHONY: dashboard-deps dashboard-venv test-dashboard dashboard-screenshots dashboard
 
 EXTRA_TESTS += test-dashboard
+TEST_PREREQS += dashboard-venv dashboard-deps
 
 # Debian's chromium, from apt when root and missing; otherwise the command
 # to run is printed.

@@ -17,6 +17,7 @@ PYTEST_ARGS ?=
 .PHONY: test-docs
 
 EXTRA_TESTS += test-docs
+TEST_PREREQS += docs-venvs
 
 # The python blocks run against the client as users get it: `python -m
 # build` makes the sdist and, from it, the wheel (target/python-dist); each

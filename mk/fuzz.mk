@@ -34,6 +34,7 @@ REDIS_SERVER_SYS ?= $(shell command -v redis-server 2>/dev/null || echo /usr/bin
 .PHONY: fuzz-deps fuzz fuzz-long soak check-figures
 
 EXTRA_TESTS += fuzz check-figures
+TEST_PREREQS += fuzz-deps
 
 # cargo-fuzz (cached once installed) and a C++ compiler for libFuzzer.
 fuzz-deps:

@@ -27,6 +27,7 @@ NODE_TEST := node --test --test-concurrency=1 --test-timeout=300000 --test-repor
 .PHONY: node-deps test-node node-installed test-node-installed node-types check-node-types
 
 EXTRA_TESTS += test-node test-node-installed check-node-types
+TEST_PREREQS += node-deps node-installed
 
 # Fresh user projects, outside the repository (one directory per checkout):
 # packed (the npm pack tarball, newest bullmq/ioredis/redis), oldest

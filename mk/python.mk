@@ -28,6 +28,7 @@ PYTEST := -m pytest -q -p no:cacheprovider
 .PHONY: python-venv test-python example-celery example-http example-download
 
 EXTRA_TESTS += test-python
+TEST_PREREQS += python-venv
 
 # The venvs (python3 -m venv; python3-venv from apt when root and missing),
 # with the client installed as users install it (pip install ./clients/python:

@@ -17,6 +17,7 @@ APT ?= $(CURDIR)/mk/apt.sh
 .PHONY: ruby-deps ruby-gem test-ruby
 
 EXTRA_TESTS += test-ruby
+TEST_PREREQS += ruby-gem
 
 # Ruby's gem registry is not needed: redis-rb, Sidekiq and minitest come
 # from Debian, and the gem's one dependency (redis >= 4.2) is Debian's copy.
