@@ -75,12 +75,17 @@ describe('tb.max-wait-ms', () => {
     const c = server(100, [[1, 40, 1, 1]]);
     const limiter = new Limiter(c);
     const parts = [[limiter.bucket('{t}a', 10, 1), 1], [limiter.bucket('{t}b', 10, 1), 1]];
+    const before = Date.now();
     const r = await limiter.acquireMany(parts);
+    const elapsed = Date.now() - before;
     assert.deepEqual([r.allowed, r.retryAfterMs], [true, 40]);
-    assert.deepEqual(c.sent, [
-      'TB.MCONSUME 2 {t}a {t}b 10 1 1 10 1 1 RESERVE 60000',
-      'TB.MCONSUME 2 {t}a {t}b 10 1 1 10 1 1 RESERVE 100',
-    ]);
+    assert.equal(c.sent.length, 2, c.sent.join('\n'));
+    // The default timeout, less the milliseconds gone since the call began.
+    const first = /^TB\.MCONSUME 2 \{t\}a \{t\}b 10 1 1 10 1 1 RESERVE (\d+)$/.exec(c.sent[0]);
+    assert.ok(first, c.sent[0]);
+    const w = Number(first[1]);
+    assert.ok(w <= DEFAULT_MAX_WAIT_MS && w >= DEFAULT_MAX_WAIT_MS - elapsed, `RESERVE ${w} after ${elapsed} ms`);
+    assert.equal(c.sent[1], 'TB.MCONSUME 2 {t}a {t}b 10 1 1 10 1 1 RESERVE 100');
   });
 
   test('an acquire timeout beyond it waits, holding nothing, until the tokens are within reach', async () => {
