@@ -109,7 +109,9 @@ class AgreementTest < Minitest::Test
       @clock = Clock::File24.new(File.join(d, "clock"))
       env = { "LD_PRELOAD" => Clock.lib, "TB_CLOCK_FILE" => @clock.path }
       debug = ["--enable-debug-command", "local"]
-      @servers = [true, false].map { TestServers::Server.new(with_module: _1, env: env, extra: debug) }
+      # One at a time, so that `ensure` stops the first if the second fails.
+      @servers = []
+      [true, false].each { @servers << TestServers::Server.new(with_module: _1, env: env, extra: debug) }
       # Active expiry off: on a frozen clock it deletes a key whose expiry is
       # the current millisecond (Redis 8.2 expires at now >= t) while a lookup
       # keeps it (now > t), at moments set by the real time of its cycle, so
