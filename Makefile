@@ -171,8 +171,10 @@ test-rust-%: rust-test-bins
 TEST_PREREQS := rust-test-bins
 
 # The suites of `make test`, longest first (make starts them in this
-# order; the Rust suite of one server is shorter than each slow suite).
-SLOW_SUITES := test-python test-node test-docs test-ruby
+# order; the Rust suite of one server is shorter than each slow suite, and
+# fuzz, which builds its targets first, ran alone at the end when it
+# followed them).
+SLOW_SUITES := test-python test-node test-docs test-ruby fuzz
 TEST_SUITES = $(filter $(EXTRA_TESTS),$(SLOW_SUITES)) \
   $(addprefix test-rust-,$(shell seq $(words $(TEST_SERVERS)))) \
   $(filter-out $(SLOW_SUITES),$(EXTRA_TESTS))
