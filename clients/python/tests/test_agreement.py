@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tbserver import REPO, Server, clockshift_env
@@ -569,7 +569,18 @@ def test_random_timelines_agree(pair: Pair, steps: list[tuple[int, tuple[Any, ..
             pair.set_state(op[1], nanos, at, exact_rate(rate), cap)
         else:
             pair.same(call(*op), (delta, op))
+            # A reservation can take a bucket past the script's documented
+            # range (capacity plus debt within 2^53 tokens,
+            # docs/lua-fallback.md); such a timeline is not compared.
+            assume(all(in_script_range(pair.limiters[0], k) for k in ("{x}a", "{x}b")))
         pair.keys_agree("{x}a", "{x}b", what=(delta, op))
+
+
+def in_script_range(module: Limiter, key: str) -> bool:
+    """Whether the module's bucket at ``key`` (if any) has capacity plus
+    debt within 2^53 tokens, where the script is exact."""
+    i = info(key)(module)
+    return i is None or Decimal(i["capacity"]) - Decimal(i["tokens"]) <= MAX_AMOUNT
 
 
 def test_refill_from_the_past_agrees(pair: Pair) -> None:
